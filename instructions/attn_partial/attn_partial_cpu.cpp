@@ -1,0 +1,46 @@
+// attn_partial on the CPU.
+#include "instructions/attn_partial/attn_partial.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace mk {
+
+void AttnPartialOp::run_cpu(const Instruction& ins, OpContext& ctx) {
+    auto a = decode_args<AttnPartialArgs>(ins);
+    int32_t begin = 0, end = 0;
+    attn_chunk(ctx.step->pos, a.part, a.n_parts, begin, end);
+    const float* keys = ctx.k_head(a.layer, a.kv_head);
+    const float* values = ctx.v_head(a.layer, a.kv_head);
+    const float scale = 1.0f / std::sqrt(float(a.head_dim));
+    thread_local std::vector<float> scores;
+    scores.resize(size_t(std::max(0, end - begin)));
+
+    for (uint32_t g = 0; g < a.group; ++g) {
+        const uint32_t h = a.kv_head * a.group + g;
+        const float* q = ctx.f32(a.q_off) + size_t(h) * a.head_dim;
+        float* o = ctx.f32(a.o_off) + (size_t(h) * a.n_parts + a.part) * a.head_dim;
+        float* ml = ctx.f32(a.ml_off) + (size_t(h) * a.n_parts + a.part) * 2;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int32_t t = begin; t < end; ++t) {
+            const float* k = keys + size_t(t) * a.head_dim;
+            float s = 0.0f;
+            for (uint32_t i = 0; i < a.head_dim; ++i) s += q[i] * k[i];
+            scores[t - begin] = s * scale;
+            m = std::max(m, scores[t - begin]);
+        }
+        std::fill(o, o + a.head_dim, 0.0f);
+        float l = 0.0f;
+        for (int32_t t = begin; t < end; ++t) {
+            const float p = std::exp(scores[t - begin] - m);
+            l += p;
+            const float* v = values + size_t(t) * a.head_dim;
+            for (uint32_t i = 0; i < a.head_dim; ++i) o[i] += p * v[i];
+        }
+        ml[0] = m;
+        ml[1] = l;
+    }
+}
+
+}  // namespace mk

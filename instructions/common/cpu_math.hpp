@@ -1,0 +1,44 @@
+// Small fp32 helpers the CPU ops share: RMSNorm, SiLU, adjacent-pair RoPE, a row-block matvec over tiles.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "instructions/op_context.hpp"
+#include "models/quant.hpp"
+
+namespace mk {
+
+// out = w * x / sqrt(mean(x^2) + eps); w is an F32 vector weight. Sum of squares in double for stability.
+inline void rms_norm(const float* x, const WeightRef& w, float eps, uint32_t n, float* out) {
+    double sum_sq = 0.0;
+    for (uint32_t i = 0; i < n; ++i) sum_sq += double(x[i]) * x[i];
+    const float scale = float(1.0 / std::sqrt(sum_sq / n + eps));
+    const float* weight = reinterpret_cast<const float*>(w.data);
+    for (uint32_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * scale);
+}
+
+inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+// Rotates one adjacent pair (a, b) = (v[2i], v[2i+1]) by pos * inv_freq (mk's one RoPE convention).
+inline void rope_pair(float& a, float& b, int32_t pos, float inv_freq) {
+    const double angle = double(pos) * inv_freq;
+    const float c = float(std::cos(angle)), s = float(std::sin(angle));
+    const float x = a, y = b;
+    a = x * c - y * s;
+    b = x * s + y * c;
+}
+
+// Visits every row of the instruction's tiles that belong to `weight`, in tile order:
+// visit(row_index, row_bytes_pointer).
+template <typename Visit>
+inline void for_each_tile_row(OpContext& ctx, uint32_t weight, Visit&& visit) {
+    const WeightRef& w = ctx.weights[weight];
+    for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
+        const Tile& tile = ctx.plan->tiles[t];
+        if (tile.weight != weight) continue;
+        const uint8_t* bytes = ctx.tiles->tile(t);
+        for (uint32_t r = 0; r < tile.n_rows; ++r) visit(tile.row_begin + r, bytes + uint64_t(r) * w.row_bytes);
+    }
+}
+
+}  // namespace mk

@@ -1,0 +1,60 @@
+// Page plans for row-streaming ops.
+#include "instructions/common/page_plan.hpp"
+
+#include <algorithm>
+
+#include "models/error.hpp"
+
+namespace mk {
+
+namespace {
+uint32_t rows_per_page(const PlanInputs& in, uint32_t weight) {
+    const WeightFormat& format = in.weights[weight];
+    if (format.row_bytes == 0) fail("page plan: weight {} has no rows", weight);
+    if (format.row_bytes > in.page_bytes)
+        fail("page plan: a row of weight {} is {} bytes, larger than a {}-byte page", weight, format.row_bytes,
+             in.page_bytes);
+    return uint32_t(in.page_bytes / format.row_bytes);
+}
+}  // namespace
+
+void append_row_tiles(PagePlan& plan, const PlanInputs& in, uint32_t weight, uint32_t row_begin, uint32_t n_rows) {
+    const uint32_t step = rows_per_page(in, weight);
+    for (uint32_t r = 0; r < n_rows; r += step) {
+        uint32_t count = std::min(step, n_rows - r);
+        plan.tiles.push_back({weight, row_begin + r, count, count * in.weights[weight].row_bytes});
+    }
+}
+
+void append_paired_row_tiles(PagePlan& plan, const PlanInputs& in, uint32_t weight_a, uint32_t weight_b,
+                             uint32_t row_begin, uint32_t n_rows) {
+    const uint32_t step = std::min(rows_per_page(in, weight_a), rows_per_page(in, weight_b));
+    for (uint32_t r = 0; r < n_rows; r += step) {
+        uint32_t count = std::min(step, n_rows - r);
+        plan.tiles.push_back({weight_a, row_begin + r, count, count * in.weights[weight_a].row_bytes});
+        plan.tiles.push_back({weight_b, row_begin + r, count, count * in.weights[weight_b].row_bytes});
+    }
+}
+
+void finish_page_plan(PagePlan& plan, const PlanInputs& in) {
+    plan.n_pages = uint32_t(std::min<size_t>(plan.tiles.size(), in.max_pages));
+    if (!plan.tiles.empty() && plan.n_pages == 0) fail("page plan: the target gives an instruction no pages");
+    // Page p is last used by the largest t with t % n == p; free pages in the order of those last uses.
+    std::vector<std::pair<size_t, uint32_t>> last_use;
+    for (uint32_t p = 0; p < plan.n_pages; ++p) {
+        size_t n = plan.tiles.size();
+        size_t last = p + ((n - 1 - p) / plan.n_pages) * plan.n_pages;
+        last_use.push_back({last, p});
+    }
+    std::sort(last_use.begin(), last_use.end());
+    plan.release_order.clear();
+    for (auto& [t, p] : last_use) plan.release_order.push_back(p);
+}
+
+uint64_t plan_weight_bytes(const PagePlan& plan) {
+    uint64_t total = 0;
+    for (const Tile& t : plan.tiles) total += t.bytes;
+    return total;
+}
+
+}  // namespace mk

@@ -1,0 +1,44 @@
+// matvec_add: a block of output rows of a matrix-vector product added into the fp32 residual
+// stream: x[rows] += W[rows, :] . in (the O-projection and the down-projection).
+#pragma once
+#include <fmt/format.h>
+
+#include "instructions/common/page_plan.hpp"
+
+namespace mk {
+
+struct MatvecAddArgs {
+    uint32_t weight;  // wo (d_model, q_dim) or w_down (d_model, d_ff)
+    uint32_t row_begin;
+    uint32_t n_rows;
+    uint32_t cols;
+    uint32_t in_off;  // (cols) fp32 input vector
+    uint32_t x_off;   // (d_model) fp32 residual stream
+};
+
+struct MatvecAddOp {
+    static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
+        auto a = decode_args<MatvecAddArgs>(ins);
+        uint64_t x = a.x_off + 4ull * a.row_begin;
+        return {{Space::arena, a.in_off, a.in_off + 4ull * a.cols, false},
+                {Space::arena, x, x + 4ull * a.n_rows, true}};
+    }
+    static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
+        auto a = decode_args<MatvecAddArgs>(ins);
+        PagePlan plan;
+        append_row_tiles(plan, in, a.weight, a.row_begin, a.n_rows);
+        finish_page_plan(plan, in);
+        return plan;
+    }
+    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
+        auto a = decode_args<MatvecAddArgs>(ins);
+        return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * (a.cols + 2 * a.n_rows), 2ull * a.n_rows * a.cols};
+    }
+    static void run_cpu(const Instruction& ins, OpContext& ctx);
+    static std::string describe(const Instruction& ins) {
+        auto a = decode_args<MatvecAddArgs>(ins);
+        return fmt::format("matvec_add w={} rows [{}, {}) k={}", a.weight, a.row_begin, a.row_begin + a.n_rows, a.cols);
+    }
+};
+
+}  // namespace mk

@@ -1,0 +1,18 @@
+// matvec_add on the CPU.
+#include "instructions/matvec_add/matvec_add.hpp"
+
+#include "instructions/common/cpu_math.hpp"
+
+namespace mk {
+
+void MatvecAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
+    auto a = decode_args<MatvecAddArgs>(ins);
+    const float* in = ctx.f32(a.in_off);
+    float* x = ctx.f32(a.x_off);
+    const DType dtype = ctx.weights[a.weight].dtype;
+    for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
+        x[row] += dot_row(dtype, bytes, in, a.cols);
+    });
+}
+
+}  // namespace mk

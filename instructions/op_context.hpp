@@ -1,0 +1,68 @@
+// What an op's CPU implementation sees when it runs: the activation arena, weights, KV caches,
+// the step's state and its weight tiles (staged through pages in checked mode, in place otherwise).
+#pragma once
+#include <cstdint>
+
+#include "instructions/op_types.hpp"
+#include "models/tensor.hpp"
+
+namespace mk {
+
+struct SamplingParams {
+    float temperature = 0.0f;     // 0: greedy
+    int32_t top_k = 0;            // 0: off
+    float top_p = 1.0f;           // 1: off
+    float min_p = 0.0f;           // 0: off
+    float repeat_penalty = 1.0f;  // 1: off
+    int32_t repeat_last_n = 64;
+    uint64_t seed = 0;
+};
+
+// Set by the host (or the device-side loop) before each step.
+struct StepState {
+    int32_t token = 0;     // input token of this step
+    int32_t pos = 0;       // its position
+    uint32_t epoch = 0;    // steps completed since the program started (counters are relative to it)
+    SamplingParams sampling;
+    const int32_t* history = nullptr;  // tokens so far, for the repetition penalty
+    int32_t n_history = 0;
+    int32_t sampled_token = -1;        // written by the sample op
+};
+
+struct WeightRef {
+    const uint8_t* data = nullptr;
+    DType dtype = DType::F32;
+    uint32_t rows = 0, cols = 0;
+    uint64_t row_bytes = 0;
+    const uint8_t* row(uint32_t r) const { return data + uint64_t(r) * row_bytes; }
+};
+
+// Hands an op the bytes of tile t of its page plan. The checked implementation copies each tile
+// into a page the instruction owns and fails loudly on any misuse.
+class TileReader {
+public:
+    virtual ~TileReader() = default;
+    virtual const uint8_t* tile(uint32_t index) = 0;
+};
+
+struct OpContext {
+    const ModelDims* dims = nullptr;
+    const float* rope_inv_freq = nullptr;  // (head_dim / 2) fp32: angular frequency of each rotary pair
+    uint8_t* arena = nullptr;              // activation buffers, addressed by byte offsets from the args
+    const WeightRef* weights = nullptr;    // indexed by weight id
+    float* k_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    float* v_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    uint32_t ctx_len = 0;
+    StepState* step = nullptr;
+    const PagePlan* plan = nullptr;        // this instruction's page plan
+    TileReader* tiles = nullptr;
+
+    float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
+    float* k_head(uint32_t layer, uint32_t kv_head) const { return k_cache + cache_offset(layer, kv_head); }
+    float* v_head(uint32_t layer, uint32_t kv_head) const { return v_cache + cache_offset(layer, kv_head); }
+    uint64_t cache_offset(uint32_t layer, uint32_t kv_head) const {
+        return (uint64_t(layer) * dims->n_kv_heads + kv_head) * ctx_len * dims->head_dim;
+    }
+};
+
+}  // namespace mk

@@ -1,0 +1,82 @@
+// Types shared by every op's spec and implementation: model dimensions as a schedule records them,
+// weight ids, the per-step state, memory regions an op touches, page plans and costs.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "instructions/encoding.hpp"
+
+namespace mk {
+
+enum class Opcode : uint16_t {
+#define MK_OP(snake, Pascal) snake,
+#include "instructions/ops.def"
+#undef MK_OP
+    count
+};
+
+// The model dimensions a schedule is compiled for (plain data: it is stored in .mks files).
+struct ModelDims {
+    uint32_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0, vocab = 0;
+    float norm_eps = 1e-5f;
+    uint32_t qkv_bias = 0, qk_norm = 0;  // Qwen2 biases, Qwen3 per-head norms
+    uint32_t q_dim() const { return n_heads * head_dim; }
+    uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+    uint32_t group_size() const { return n_heads / n_kv_heads; }
+};
+
+// Weight ids: three global tensors, then a fixed set per layer.
+enum class GlobalWeight : uint32_t { token_embedding, output_norm, lm_head, count };
+enum class LayerWeight : uint32_t { attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down, count };
+inline constexpr uint32_t kNoWeight = 0xffffffffu;
+inline uint32_t global_weight_id(GlobalWeight w) { return uint32_t(w); }
+inline uint32_t layer_weight_id(uint32_t layer, LayerWeight w) {
+    return uint32_t(GlobalWeight::count) + layer * uint32_t(LayerWeight::count) + uint32_t(w);
+}
+inline uint32_t n_weight_ids(uint32_t n_layers) { return uint32_t(GlobalWeight::count) + n_layers * uint32_t(LayerWeight::count); }
+
+// Shape and format of one weight as the schedule expects it (checked against the model at load).
+struct WeightFormat {
+    uint32_t dtype = 0;  // a DType value
+    uint32_t rows = 0, cols = 0;
+    uint64_t row_bytes = 0;
+    bool present() const { return rows != 0; }
+};
+
+// Where an op's memory lives. The arena holds every activation buffer (byte offsets);
+// the KV caches are (layer, kv_head, position, head_dim) fp32.
+enum class Space : uint8_t { arena, k_cache, v_cache };
+// How a KV-cache region depends on the step's position.
+enum class PosMode : uint8_t { none, at_pos, upto_pos };
+
+struct Access {
+    Space space = Space::arena;
+    // Arena: bytes. KV caches: element slots layer * kv_dim + kv_head * head_dim + d, each slot a
+    // column of positions; pos says which positions of those slots (row pos, or rows 0..pos).
+    uint64_t begin = 0, end = 0;
+    bool write = false;
+    PosMode pos = PosMode::none;
+};
+
+// A contiguous run of weight rows the op streams through one shared-memory page.
+struct Tile {
+    uint32_t weight = kNoWeight;
+    uint32_t row_begin = 0, n_rows = 0;
+    uint64_t bytes = 0;
+};
+
+// How an op uses the pages: tiles in load order; tile t lives in page t % n_pages; `release_order`
+// lists page slots in the order the op frees them (the next instruction receives them in that order).
+struct PagePlan {
+    std::vector<Tile> tiles;
+    uint32_t n_pages = 0;
+    std::vector<uint32_t> release_order;
+};
+
+struct Cost {
+    uint64_t weight_bytes = 0;  // streamed from global memory once per step
+    uint64_t activation_bytes = 0;
+    uint64_t flops = 0;
+};
+
+}  // namespace mk

@@ -1,0 +1,33 @@
+// The host op registry: one table entry per line of ops.def.
+#include "instructions/registry.hpp"
+
+#include "instructions/attn_partial/attn_partial.hpp"
+#include "instructions/attn_reduce/attn_reduce.hpp"
+#include "instructions/embed/embed.hpp"
+#include "instructions/matvec_add/matvec_add.hpp"
+#include "instructions/rms_gate_up/rms_gate_up.hpp"
+#include "instructions/rms_lm_head/rms_lm_head.hpp"
+#include "instructions/rms_qkv/rms_qkv.hpp"
+#include "instructions/sample/sample.hpp"
+#include "models/error.hpp"
+
+namespace mk {
+
+namespace {
+const OpInfo kOps[] = {
+#define MK_OP(snake, Pascal) \
+    {#snake, &Pascal##Op::accesses, &Pascal##Op::page_plan, &Pascal##Op::cost, &Pascal##Op::run_cpu, &Pascal##Op::describe},
+#include "instructions/ops.def"
+#undef MK_OP
+};
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Opcode::count));
+}  // namespace
+
+bool is_valid_opcode(uint16_t opcode) { return opcode < uint16_t(Opcode::count); }
+
+const OpInfo& op_info(uint16_t opcode) {
+    if (!is_valid_opcode(opcode)) fail("unknown opcode {}", opcode);
+    return kOps[opcode];
+}
+
+}  // namespace mk

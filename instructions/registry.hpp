@@ -1,0 +1,32 @@
+// The host-side op registry, generated from instructions/ops.def: each op's name, the regions it
+// reads and writes, its page plan, its cost and its CPU implementation.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "instructions/op_context.hpp"
+
+namespace mk {
+
+// What a page plan depends on: the weights' formats and the target's pages.
+struct PlanInputs {
+    const WeightFormat* weights = nullptr;  // indexed by weight id
+    uint64_t page_bytes = 0;
+    uint32_t max_pages = 0;  // pages one instruction may hold
+};
+
+struct OpInfo {
+    const char* name;
+    std::vector<Access> (*accesses)(const Instruction&, const ModelDims&);
+    PagePlan (*page_plan)(const Instruction&, const PlanInputs&);
+    Cost (*cost)(const Instruction&, const ModelDims&, const WeightFormat* weights);
+    void (*run_cpu)(const Instruction&, OpContext&);
+    std::string (*describe)(const Instruction&);
+};
+
+bool is_valid_opcode(uint16_t opcode);
+// Throws mk::Error for an opcode outside the op list.
+const OpInfo& op_info(uint16_t opcode);
+inline const OpInfo& op_info(Opcode opcode) { return op_info(uint16_t(opcode)); }
+
+}  // namespace mk

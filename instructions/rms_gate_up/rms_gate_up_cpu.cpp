@@ -1,0 +1,33 @@
+// rms_gate_up on the CPU: tiles arrive as (gate chunk, up chunk) pairs of the same rows.
+#include "instructions/rms_gate_up/rms_gate_up.hpp"
+
+#include <vector>
+
+#include "instructions/common/cpu_math.hpp"
+
+namespace mk {
+
+void RmsGateUpOp::run_cpu(const Instruction& ins, OpContext& ctx) {
+    auto a = decode_args<RmsGateUpArgs>(ins);
+    thread_local std::vector<float> xn, gate;
+    xn.resize(a.d_model);
+    gate.resize(a.n_rows);
+    rms_norm(ctx.f32(a.x_off), ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model, xn.data());
+    const WeightRef& wg = ctx.weights[a.gate];
+    const WeightRef& wu = ctx.weights[a.up];
+    float* act = ctx.f32(a.act_off);
+    for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
+        const Tile& tile = ctx.plan->tiles[t];
+        const uint8_t* bytes = ctx.tiles->tile(t);
+        const bool is_gate = tile.weight == a.gate;
+        const WeightRef& w = is_gate ? wg : wu;
+        for (uint32_t r = 0; r < tile.n_rows; ++r) {
+            const uint32_t row = tile.row_begin + r;
+            const float v = dot_row(w.dtype, bytes + uint64_t(r) * w.row_bytes, xn.data(), a.d_model);
+            if (is_gate) gate[row - a.row_begin] = v;
+            else act[row] = silu(gate[row - a.row_begin]) * v;
+        }
+    }
+}
+
+}  // namespace mk

@@ -1,0 +1,62 @@
+// rms_qkv: RMSNorm of the residual, then a block of rows of Q, K or V (+ Qwen2 bias, + Qwen3
+// per-head QK-norm), RoPE on Q and K, and for K/V the append to the KV cache at pos. Blocks hold
+// whole rotary pairs (even row_begin and n_rows), and whole heads when QK-norm is on.
+#pragma once
+#include <fmt/format.h>
+
+#include "instructions/common/page_plan.hpp"
+
+namespace mk {
+
+enum class QkvKind : uint32_t { q = 0, k = 1, v = 2 };
+
+struct RmsQkvArgs {
+    uint32_t layer;
+    uint32_t kind;        // QkvKind
+    uint32_t row_begin;   // first output row of the block within Q (n_heads * head_dim) or K/V (kv_dim)
+    uint32_t n_rows;
+    uint32_t x_off;       // (d_model) fp32 residual stream
+    uint32_t q_off;       // (n_heads, head_dim) fp32 query buffer (kind q only)
+    uint32_t weight;      // wq/wk/wv (heads * head_dim, d_model)
+    uint32_t norm;        // attn_norm (d_model) f32
+    uint32_t bias;        // bq/bk/bv or kNoWeight
+    uint32_t qk_norm;     // q_norm/k_norm (head_dim) f32 or kNoWeight
+    uint32_t d_model;
+    uint32_t head_dim;
+};
+
+struct RmsQkvOp {
+    static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
+        auto a = decode_args<RmsQkvArgs>(ins);
+        std::vector<Access> out{{Space::arena, a.x_off, a.x_off + 4ull * a.d_model, false}};
+        if (QkvKind(a.kind) == QkvKind::q) {
+            uint64_t begin = a.q_off + 4ull * a.row_begin;
+            out.push_back({Space::arena, begin, begin + 4ull * a.n_rows, true});
+        } else {
+            uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + a.row_begin;
+            Space space = QkvKind(a.kind) == QkvKind::k ? Space::k_cache : Space::v_cache;
+            out.push_back({space, slot, slot + a.n_rows, true, PosMode::at_pos});
+        }
+        return out;
+    }
+    static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
+        auto a = decode_args<RmsQkvArgs>(ins);
+        PagePlan plan;
+        append_row_tiles(plan, in, a.weight, a.row_begin, a.n_rows);
+        finish_page_plan(plan, in);
+        return plan;
+    }
+    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
+        auto a = decode_args<RmsQkvArgs>(ins);
+        uint64_t rows = a.n_rows;
+        return {rows * w[a.weight].row_bytes, 4ull * (a.d_model + rows), 2 * rows * a.d_model};
+    }
+    static void run_cpu(const Instruction& ins, OpContext& ctx);
+    static std::string describe(const Instruction& ins) {
+        auto a = decode_args<RmsQkvArgs>(ins);
+        return fmt::format("rms_qkv L{} {} rows [{}, {})", a.layer, "qkv"[a.kind % 3], a.row_begin,
+                           a.row_begin + a.n_rows);
+    }
+};
+
+}  // namespace mk

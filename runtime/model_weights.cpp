@@ -1,0 +1,66 @@
+// bind_weights and the RoPE table.
+#include "runtime/model_weights.hpp"
+
+#include <cmath>
+
+#include "models/error.hpp"
+#include "models/quant.hpp"
+#include "scheduler/compile.hpp"
+
+namespace mk {
+
+std::vector<float> rope_inv_freq(const ModelConfig& config) {
+    const int64_t half = config.head_dim / 2;
+    std::vector<float> out(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+        double freq = std::pow(double(config.rope_base), -2.0 * double(i) / double(config.head_dim));
+        if (!config.rope_freq_factors.empty()) freq /= config.rope_freq_factors[size_t(i)];
+        out[size_t(i)] = float(freq);
+    }
+    return out;
+}
+
+ModelWeights bind_weights(const Model& model, const Schedule& schedule) {
+    const std::string source = model.path.string();
+    if (schedule.config_hash != model.config.hash())
+        fail("{}: the schedule was compiled for another model (config hash {:016x}, this model {:016x})", source,
+             schedule.config_hash, model.config.hash());
+    const std::vector<WeightFormat> formats = weight_formats(model);
+    if (formats.size() != schedule.weights.size())
+        fail("{}: the schedule expects {} weights, the model has {}", source, schedule.weights.size(), formats.size());
+
+    ModelWeights out;
+    out.refs.resize(formats.size());
+    std::vector<const TensorView*> views(formats.size(), nullptr);
+    views[global_weight_id(GlobalWeight::token_embedding)] = &model.token_embedding;
+    views[global_weight_id(GlobalWeight::output_norm)] = &model.output_norm;
+    views[global_weight_id(GlobalWeight::lm_head)] = &model.lm_head;
+    for (uint32_t L = 0; L < model.layers.size(); ++L) {
+        const LayerWeights& w = model.layers[L];
+        const TensorView* fields[] = {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk,
+                                      &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down};
+        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k) views[layer_weight_id(L, LayerWeight(k))] = fields[k];
+    }
+    for (size_t id = 0; id < formats.size(); ++id) {
+        const WeightFormat& want = schedule.weights[id];
+        const WeightFormat& have = formats[id];
+        if (want.dtype != have.dtype || want.rows != have.rows || want.cols != have.cols)
+            fail("{}: weight {} ({}): the schedule expects {} [{}, {}], the model has {} [{}, {}]", source, id,
+                 views[id]->name, dtype_name(DType(want.dtype)), want.rows, want.cols, dtype_name(DType(have.dtype)),
+                 have.rows, have.cols);
+        if (!have.present()) continue;
+        const TensorView& t = *views[id];
+        WeightRef& ref = out.refs[id];
+        ref = {t.data, t.dtype, have.rows, have.cols, have.row_bytes};
+        // Vectors (norms, biases) are read as fp32 by every op: convert the rare non-F32 ones once.
+        if (have.rows == 1 && t.dtype != DType::F32) {
+            auto& copy = out.converted.emplace_back(have.cols);
+            dequantize_row(t.dtype, t.data, copy.data(), have.cols);
+            ref = {reinterpret_cast<const uint8_t*>(copy.data()), DType::F32, 1, have.cols, 4ull * have.cols};
+        }
+    }
+    out.rope_inv_freq = rope_inv_freq(model.config);
+    return out;
+}
+
+}  // namespace mk

@@ -1,0 +1,25 @@
+// Binds a schedule to a model's weights: the WeightRef table ops index by weight id (checked
+// against the formats the schedule was compiled for), and the RoPE frequency table.
+#pragma once
+#include <vector>
+
+#include "instructions/op_context.hpp"
+#include "models/model.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+struct ModelWeights {
+    std::vector<WeightRef> refs;                // by weight id
+    std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
+    std::vector<std::vector<float>> converted;  // F32 copies of small non-F32 vectors (norms, biases)
+};
+
+// Throws mk::Error when the schedule does not fit the model: config hash, or any weight's
+// dtype/shape differing from what the schedule was compiled for.
+ModelWeights bind_weights(const Model& model, const Schedule& schedule);
+
+// Angular frequency of each rotary pair: base^(-2i/head_dim) / factor_i.
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+}  // namespace mk

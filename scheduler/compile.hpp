@@ -1,0 +1,18 @@
+// The scheduler's front door: a model (its config and weight formats) and a target in, a schedule out.
+#pragma once
+#include <vector>
+
+#include "models/model.hpp"
+#include "scheduler/assign.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+ModelDims model_dims(const ModelConfig& config);
+// Weight formats by weight id (absent optional weights have rows == 0).
+std::vector<WeightFormat> weight_formats(const Model& model);
+
+Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
+                          Policy policy);
+
+}  // namespace mk

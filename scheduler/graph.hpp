@@ -1,0 +1,45 @@
+// The decode step as a DAG: every instruction of one step in its sequential order (seq), the
+// counter group it signals and the groups it waits for, and the activation-arena layout.
+// Block sizes come from the target (SM count, pages), never from model dimensions.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "instructions/op_types.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+struct GroupDep {
+    uint32_t group = 0;
+    Operand operand = Operand::input;  // what the wait guards
+    bool previous_step = false;        // wait for the group's signals of the previous step only
+};
+
+struct GraphNode {
+    Instruction ins{};  // opcode, args, n_pages and seq; waits and signals come from counters.cpp
+    uint32_t group = 0;  // the group this node belongs to (it signals the group's counter by 1)
+    std::vector<GroupDep> deps;
+    Cost cost;
+};
+
+struct GraphGroup {
+    std::string name;  // e.g. "qkv.L3"
+    uint32_t n_members = 0;
+};
+
+struct Graph {
+    ModelDims dims;
+    std::vector<WeightFormat> weights;
+    std::vector<BufferInfo> buffers;
+    uint64_t arena_bytes = 0;
+    uint32_t logits_off = 0, token_off = 0;
+    uint32_t n_attn_parts = 1, n_lm_blocks = 1;
+    std::vector<GraphNode> nodes;  // index == seq
+    std::vector<GraphGroup> groups;
+};
+
+Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target);
+
+}  // namespace mk

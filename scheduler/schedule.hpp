@@ -1,0 +1,49 @@
+// A compiled schedule: one in-order instruction stream per SM, the counters they wait on and
+// signal, the activation-arena layout, and what it was compiled for (target, model, TP layout).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "instructions/op_types.hpp"
+#include "scheduler/target.hpp"
+
+namespace mk {
+
+inline constexpr uint32_t kScheduleVersion = 1;
+
+struct CounterInfo {
+    std::string name;
+    uint32_t step_total = 0;  // the counter's increment per step; targets are relative to epoch * step_total
+};
+
+struct BufferInfo {
+    std::string name;  // e.g. "x", "q", "attn_out"
+    uint64_t offset = 0, bytes = 0;
+    std::string layout;  // e.g. "(d_model) fp32"
+};
+
+struct Schedule {
+    Target target;
+    ModelDims dims;
+    uint64_t config_hash = 0;
+    uint32_t tp_rank = 0, tp_size = 1;
+    std::string policy;
+    uint32_t n_attn_parts = 1;
+    uint32_t n_lm_blocks = 1;
+    std::vector<WeightFormat> weights;  // by weight id
+    std::vector<BufferInfo> buffers;    // the activation arena
+    uint64_t arena_bytes = 0;
+    uint32_t logits_off = 0;            // (vocab) fp32
+    uint32_t token_off = 0;             // (1) i32: the sampled token
+    std::vector<CounterInfo> counters;
+    std::vector<std::vector<Instruction>> streams;  // one per SM, in execution order
+
+    size_t n_instructions() const {
+        size_t n = 0;
+        for (const auto& s : streams) n += s.size();
+        return n;
+    }
+};
+
+}  // namespace mk

@@ -1,0 +1,61 @@
+// Built-in targets.
+#include "scheduler/target.hpp"
+
+#include "models/error.hpp"
+
+namespace mk {
+
+namespace {
+// Reserve one page's worth of shared memory for the controller's instruction queue and scratch.
+uint32_t pages_for(uint64_t smem_bytes, uint64_t page_bytes) {
+    return smem_bytes > page_bytes ? uint32_t(smem_bytes / page_bytes) - 1 : 0;
+}
+}  // namespace
+
+Target target_h200() {
+    Target t;
+    t.name = "h200";
+    t.n_sms = 132;
+    t.smem_bytes = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
+    t.page_bytes = 16384;
+    t.n_pages = pages_for(t.smem_bytes, t.page_bytes);
+    t.bandwidth_gbs = 4300.0;
+    t.sm_gflops = 500.0;
+    t.hop_ns = 700.0;
+    t.instruction_ns = 150.0;
+    return t;
+}
+
+Target target_cpu() {
+    Target t;
+    t.name = "cpu";
+    t.n_sms = 8;
+    t.smem_bytes = 1u << 20;
+    t.page_bytes = 65536;
+    t.n_pages = pages_for(t.smem_bytes, t.page_bytes);
+    t.bandwidth_gbs = 20.0;
+    t.sm_gflops = 20.0;
+    t.hop_ns = 2000.0;
+    t.instruction_ns = 300.0;
+    return t;
+}
+
+Target target_custom(uint32_t n_sms, uint64_t smem_bytes) {
+    if (n_sms == 0 || n_sms > 4096) fail("target: --sms {} is outside 1..4096", n_sms);
+    Target t = target_h200();
+    t.name = "custom";
+    t.n_sms = n_sms;
+    t.smem_bytes = smem_bytes;
+    t.n_pages = pages_for(smem_bytes, t.page_bytes);
+    if (t.n_pages == 0)
+        fail("target: {} bytes of shared memory hold no {}-byte page besides the controller's", smem_bytes, t.page_bytes);
+    return t;
+}
+
+Target target_by_name(const std::string& name) {
+    if (name == "h200") return target_h200();
+    if (name == "cpu") return target_cpu();
+    fail("unknown target '{}' (known: h200, cpu; or give --sms N --smem BYTES)", name);
+}
+
+}  // namespace mk

@@ -1,0 +1,30 @@
+// What a schedule is compiled for: the number of SMs (streams), each SM's shared memory split
+// into pages, and the cost-model constants the list scheduler and the simulator use.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mk {
+
+struct Target {
+    std::string name = "custom";
+    uint32_t n_sms = 1;
+    uint64_t smem_bytes = 0;        // usable shared memory per SM
+    uint64_t page_bytes = 16384;
+    uint32_t n_pages = 0;           // pages per SM
+    double bandwidth_gbs = 100.0;   // whole-device memory bandwidth, GB/s
+    double sm_gflops = 10.0;        // per-SM fp32 throughput, GFLOP/s
+    double hop_ns = 1000.0;         // latency of a cross-SM dependency (signal -> waiter sees it)
+    double instruction_ns = 200.0;  // fixed cost of decoding and starting an instruction
+};
+
+// The lent H200: 132 SMs, 227 KiB opt-in shared memory, ~4.3 TB/s measured copy bandwidth.
+Target target_h200();
+// The CPU backend's own target: a few virtual SMs with large pages.
+Target target_cpu();
+// --sms N --smem BYTES: pages of the default size; throws mk::Error if not even one page fits.
+Target target_custom(uint32_t n_sms, uint64_t smem_bytes);
+// "h200" | "cpu"; throws naming the unknown target.
+Target target_by_name(const std::string& name);
+
+}  // namespace mk

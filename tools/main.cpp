@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
                  "on a resident GPU interpreter or on the CPU backend."};
     app.require_subcommand(1);
     app.set_version_flag("--version", "mk 0.1.0");
+    mk::tools::register_generate(app);
     mk::tools::register_info(app);
     mk::tools::register_synth(app);
     try {

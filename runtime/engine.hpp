@@ -1,0 +1,49 @@
+// The generation loop over a Program: prompt tokens through the same step as generation, sampling,
+// end-of-generation, streamed UTF-8 text, cancellation and timings.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "models/model.hpp"
+#include "runtime/program.hpp"
+
+namespace mk {
+
+struct GenerateOptions {
+    int32_t n_predict = 128;  // tokens to generate at most
+    SamplingParams sampling;
+    bool stop_at_eog = true;
+    const std::atomic<bool>* cancel = nullptr;  // set by another thread (e.g. Ctrl-C) to stop after this step
+};
+
+struct GenerateStats {
+    int32_t n_prompt = 0, n_generated = 0;
+    int32_t n_eval_steps = 0;  // decode steps after the prompt (the first token comes from the prompt's last step)
+    double prompt_ms = 0, eval_ms = 0;
+    bool stopped_at_eog = false, cancelled = false;
+    std::vector<int32_t> tokens;  // the generated ids
+};
+
+// on_text(piece): complete UTF-8 text as it becomes available; return false to stop.
+using TextCallback = std::function<bool(std::string_view piece)>;
+
+class Engine {
+public:
+    // The model must outlive the engine.
+    Engine(const Model& model, std::unique_ptr<Program> program);
+
+    GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text);
+
+    const Model& model() const { return *model_; }
+    Program& program() { return *program_; }
+
+private:
+    const Model* model_;
+    std::unique_ptr<Program> program_;
+};
+
+}  // namespace mk

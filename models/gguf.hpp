@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -18,6 +19,11 @@ enum class GgufType : uint32_t {
     U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
     STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
+
+// "u32", "string", "array" ...
+std::string_view gguf_type_name(GgufType type);
+// GGML's name for a tensor type id, including types mk does not read ("Q5_K"); "?" if unknown.
+std::string_view ggml_type_name(uint32_t type_id);
 
 struct GgufValue;
 struct GgufArray {

@@ -29,9 +29,44 @@ uint16_t f32_to_bf16(float f);  // round to nearest even
 
 // dst[0..n) = values of one row stored in `dtype`.
 void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
-// sum_i row[i] * x[i] over n values, the row dequantized block by block (no full-row copy).
-float dot_row(DType dtype, const void* row, const float* x, int64_t n);
 // Quantizes n floats into dtype's blocks (round to nearest); used by writers and tests.
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n);
+
+// ---- CPU dot kernels (quant_dispatch.cpp). The instruction set is chosen once, on first use: AVX2
+// (with FMA and F16C) where the CPU has it, else portable scalar. MK_CPU_ISA=scalar forces scalar,
+// MK_CPU_ISA=avx2 insists on AVX2 (throws without it); unset or "auto" picks the best.
+enum class CpuIsa : uint8_t { Scalar, Avx2 };
+CpuIsa cpu_isa();
+const char* cpu_isa_name();  // of the active ISA: "scalar" or "avx2"
+const char* cpu_isa_name(CpuIsa isa);
+bool cpu_has_isa(CpuIsa isa);
+
+// Exact mode: sum_i row[i] * x[i] over n fp32 activations, the row dequantized inside the dot
+// (no copy), fp32 accumulation in a fixed order (deterministic); within 1e-5 relative of a float64
+// dot of the dequantized row when the products do not cancel. Throws on a partial block.
+float dot_row(DType dtype, const void* row, const float* x, int64_t n);
+// The same on an explicit ISA (tests, benchmarks); throws if this CPU lacks it.
+float dot_row(CpuIsa isa, DType dtype, const void* row, const float* x, int64_t n);
+
+// Fast mode (as llama.cpp's q8 dots): activations quantized once per instruction to 8-bit blocks of
+// 32, then integer dots against the weights' own integers. Block b holds x[32b, 32b + 32):
+// d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|) in [-127, 127] (all 0 when max is 0).
+struct BlockQ8 {
+    float d;       // x[i] ~= q[i] * d
+    float sum;     // d * sum(q): the block's activation sum, for formats with an offset (Q4_1, Q4_K)
+    int8_t q[32];
+};
+static_assert(sizeof(BlockQ8) == 40);
+constexpr int kQ8BlockValues = 32;
+// True where dot_row_q8 has an integer kernel: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (not F32, F16, BF16).
+bool has_q8_dot(DType dtype);
+// out[0, n / 32) = x quantized; n must be a multiple of 32. Scalar and AVX2 give identical blocks.
+void quantize_activations_q8(const float* x, int64_t n, BlockQ8* out);
+// sum_i row[i] * x[i] with x given as quantize_activations_q8's blocks. The error is the activation
+// rounding, at most sum_b d_b / 2 * sum_{i in b} |row[i]| (~1e-3 relative on random data: quant_test).
+// Throws where !has_q8_dot(dtype) or on a partial block.
+float dot_row_q8(DType dtype, const void* row, const BlockQ8* xq, int64_t n);
+float dot_row_q8(CpuIsa isa, DType dtype, const void* row, const BlockQ8* xq, int64_t n);
+void quantize_activations_q8(CpuIsa isa, const float* x, int64_t n, BlockQ8* out);
 
 }  // namespace mk

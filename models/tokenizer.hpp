@@ -29,7 +29,9 @@ struct TokenizerData {
     int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
     bool add_bos = false;
     bool add_space_prefix = false;      // SentencePiece: prepend "▁" to the text
-    std::vector<int32_t> eog_ids;       // ids that end generation (eos, <|im_end|>, <|eot_id|>, ...)
+    std::vector<int32_t> eog_ids;       // ids that end generation; when empty, Tokenizer fills in eos and the
+                                        // special tokens <|im_end|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>,
+                                        // <|endoftext|>, <|end|>, <end_of_turn>, <EOT> found in the vocabulary
 };
 
 class Tokenizer {
@@ -40,10 +42,16 @@ public:
     Tokenizer& operator=(Tokenizer&&) noexcept;
 
     static Tokenizer from_gguf(const GgufFile& file);
-    static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);  // HF tokenizer.json
+    // HF tokenizer.json; bos/eos/unk/pad and add_bos_token come from tokenizer_config.json beside it when
+    // present (else from the post-processor template and model.unk_token).
+    static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
 
-    // parse_special: text like "<|im_start|>" becomes its control token instead of plain text.
+    // parse_special: text like "<|im_start|>" becomes its control token instead of plain text
+    // (user-defined tokens are always matched, as HF matches non-special added tokens).
+    // BOS is prepended only when data().add_bos, and not again when the text already starts with it.
     std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+    // Bytes of the ids as UTF-8 (invalid bytes become U+FFFD; control tokens give nothing). SentencePiece
+    // with add_space_prefix drops the one leading space the prefix produced.
     std::string decode(std::span<const int32_t> ids) const;
     std::string token_bytes(int32_t id) const;  // the raw bytes a token stands for ("" for control tokens)
 
@@ -57,11 +65,16 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Writes `data` as an HF tokenizer.json at `path`, and its special tokens (bos/eos/unk/pad_token,
+// add_bos_token) into tokenizer_config.json beside it, merged into that file if it exists.
+// from_hf_json reads both back to the same TokenizerData (the pre name canonicalized: starcoder -> smollm).
+void write_hf_tokenizer_json(const TokenizerData& data, const std::filesystem::path& path);
+
 // Turns a stream of ids into text, holding back bytes of a UTF-8 sequence split across tokens.
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
-    std::string push(int32_t id);  // the complete UTF-8 text now available
+    std::string push(int32_t id);  // the complete UTF-8 text now available (no leading-space strip)
     std::string flush();           // whatever is left (invalid bytes become U+FFFD)
 
 private:

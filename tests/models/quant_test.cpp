@@ -1,1 +1,414 @@
-// placeholder: being written
+// Block formats: hand-built blocks of every format against hand-worked values, dot_row against a
+// float64 reference, quantize -> dequantize error bounds, f16/bf16 conversion edge cases, and the CPU
+// kernels (every ISA present, exact and q8 modes) against the scalar kernels and float64.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/error.hpp"
+#include "models/quant.hpp"
+
+using Catch::Matchers::Contains;
+using mk::DType;
+
+namespace {
+
+const DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+
+std::vector<float> dequantize(DType dtype, const std::vector<uint8_t>& bytes, int64_t n) {
+    std::vector<float> out(size_t(n), std::nanf(""));
+    mk::dequantize_row(dtype, bytes.data(), out.data(), n);
+    return out;
+}
+
+std::vector<float> random_values(size_t n, float lo, float hi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = uniform(rng);
+    return v;
+}
+
+void check_values(const std::vector<float>& got, const std::vector<float>& expected) {
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        INFO("value " << i);
+        REQUIRE(got[i] == expected[i]);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("quant: traits and row sizes", "[cpu]") {
+    CHECK(mk::dtype_traits(DType::Q8_0).block_bytes == 34);
+    CHECK(mk::dtype_traits(DType::Q4_K).block_values == 256);
+    CHECK(mk::dtype_name(DType::Q6_K) == "Q6_K");
+    CHECK(mk::row_bytes(DType::Q4_1, 576) == 18 * 20);
+    CHECK(mk::row_bytes(DType::Q6_K, 512) == 420);
+    CHECK(mk::row_bytes(DType::BF16, 3) == 6);
+    CHECK(mk::is_supported_dtype(30));
+    CHECK_FALSE(mk::is_supported_dtype(6));
+    CHECK_THROWS_WITH(mk::dtype_traits(DType(6)), "unsupported tensor type 6");
+    CHECK_THROWS_WITH(mk::row_bytes(DType::Q4_K, 100), "a Q4_K row of 100 values is not a whole number of 256-value blocks");
+    float out[64];
+    uint8_t block[68] = {};
+    CHECK_THROWS_AS(mk::dequantize_row(DType::Q8_0, block, out, 33), mk::Error);
+}
+
+TEST_CASE("quant: hand-built plain float values", "[cpu]") {
+    check_values(dequantize(DType::F32, {0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0xc1}, 2), {1.5f, -10.0f});
+    // 0x3c00 = 1, 0xc000 = -2, 0x7bff = 65504, 0x0001 = 2^-24, 0x3555 = (1 + 341/1024) / 4.
+    check_values(dequantize(DType::F16, {0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b, 0x01, 0x00, 0x55, 0x35}, 5),
+                 {1.0f, -2.0f, 65504.0f, std::ldexp(1.0f, -24), 1365.0f / 4096});
+    // 0x3f80 = 1, 0xc0a0 = -5, 0x4049 = 3.140625.
+    check_values(dequantize(DType::BF16, {0x80, 0x3f, 0xa0, 0xc0, 0x49, 0x40}, 3), {1.0f, -5.0f, 3.140625f});
+}
+
+TEST_CASE("quant: hand-built Q8_0 block", "[cpu]") {
+    std::vector<uint8_t> block = {0x00, 0x38};  // d = 0.5
+    std::vector<float> expected;
+    for (int i = 0; i < 32; ++i) {
+        block.push_back(uint8_t(int8_t(8 * i - 128)));  // q = -128, -120, ..., 120
+        expected.push_back(float(4 * i - 64));
+    }
+    check_values(dequantize(DType::Q8_0, block, 32), expected);
+}
+
+TEST_CASE("quant: hand-built Q4_0 block", "[cpu]") {
+    std::vector<uint8_t> block = {0x00, 0x40};  // d = 2
+    std::vector<float> expected(32);
+    for (int j = 0; j < 16; ++j) {
+        block.push_back(uint8_t(j | ((15 - j) << 4)));  // value j: q = j; value j + 16: q = 15 - j
+        expected[j] = float((j - 8) * 2);
+        expected[j + 16] = float((7 - j) * 2);
+    }
+    check_values(dequantize(DType::Q4_0, block, 32), expected);
+}
+
+TEST_CASE("quant: hand-built Q4_1 block", "[cpu]") {
+    std::vector<uint8_t> block = {0x00, 0x38, 0x00, 0xbc};  // d = 0.5, m = -1
+    std::vector<float> expected(32);
+    for (int j = 0; j < 16; ++j) {
+        block.push_back(uint8_t((15 - j) | (j << 4)));
+        expected[j] = float(15 - j) * 0.5f - 1;
+        expected[j + 16] = float(j) * 0.5f - 1;
+    }
+    check_values(dequantize(DType::Q4_1, block, 32), expected);
+}
+
+TEST_CASE("quant: hand-built Q4_K block", "[cpu]") {
+    // d = 1, dmin = 0.5; sub-block scales {1, 2, 3, 63, 17, 33, 48, 5}, mins {0, 1, 10, 20, 16, 40, 63, 2}.
+    // Bytes 0-3: scale j | (scale j+4 >> 4) << 6; bytes 4-7: min j | (min j+4 >> 4) << 6;
+    // bytes 8-11: (scale j+4 & 15) | (min j+4 & 15) << 4.
+    const int scale[8] = {1, 2, 3, 63, 17, 33, 48, 5}, min[8] = {0, 1, 10, 20, 16, 40, 63, 2};
+    std::vector<uint8_t> block = {0x00, 0x3c, 0x00, 0x38, 0x41, 0x82, 0xc3, 0x3f, 0x40, 0x81, 0xca, 0x14, 0x01, 0x81, 0xf0, 0x25};
+    auto q = [](int j, int l) { return (l + 3 * j) % 16; };
+    // Bytes 32c..32c+31 of the nibbles: sub-block 2c in the low nibbles, 2c+1 in the high ones.
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) block.push_back(uint8_t(q(2 * c, l) | (q(2 * c + 1, l) << 4)));
+    REQUIRE(block.size() == 144);
+    std::vector<float> expected(256);
+    for (int j = 0; j < 8; ++j)
+        for (int l = 0; l < 32; ++l) expected[32 * j + l] = float(scale[j] * q(j, l)) - 0.5f * float(min[j]);
+    CHECK(expected[32 * 5] == 33 * 15 - 20);
+    check_values(dequantize(DType::Q4_K, block, 256), expected);
+}
+
+TEST_CASE("quant: hand-built Q6_K block", "[cpu]") {
+    std::vector<uint8_t> block(210, 0);
+    uint8_t* ql = block.data();
+    uint8_t* qh = block.data() + 128;
+    auto* scales = reinterpret_cast<int8_t*>(block.data() + 192);
+    for (int i = 0; i < 16; ++i) scales[i] = 1;
+    scales[2] = 2, scales[4] = 3, scales[6] = -1, scales[8] = 4, scales[12] = -5;
+    block[208] = 0x00, block[209] = 0x38;  // d = 0.5
+    ql[0] = 0x5a;  // value 0 low bits 0xa, value 64 low bits 0x5
+    qh[0] = 0xe4;  // top bits: value 0 -> 0, value 32 -> 1, value 64 -> 2, value 96 -> 3
+    ql[64 + 5] = 0x3f;  // second half, lane 5: value 133 low bits 0xf, value 197 low bits 0x3
+    qh[32 + 5] = 0x12;  // value 133 -> 2, value 165 -> 0, value 197 -> 1, value 229 -> 0
+    // Every other value has q = 0, i.e. (0 - 32) * 0.5 * scale.
+    std::vector<float> expected(256);
+    for (int v = 0; v < 256; ++v) expected[v] = -16.0f * float(scales[v / 16]);
+    expected[0] = (10 - 32) * 0.5f;          // -11
+    expected[32] = (16 - 32) * 0.5f * 2;     // -16
+    expected[64] = (37 - 32) * 0.5f * 3;     // 7.5
+    expected[96] = (48 - 32) * 0.5f * -1;    // -8
+    expected[133] = (47 - 32) * 0.5f * 4;    // 30
+    expected[197] = (19 - 32) * 0.5f * -5;   // 32.5
+    check_values(dequantize(DType::Q6_K, block, 256), expected);
+}
+
+TEST_CASE("quant: dot_row equals a float64 dot of the dequantized row", "[cpu]") {
+    const int64_t n = 1792;  // 7 super-blocks
+    // A positive bias keeps the dot far from zero, so a relative tolerance is meaningful.
+    auto source = random_values(size_t(n), -0.5f, 1.5f, 11);
+    auto x = random_values(size_t(n), 0.25f, 1.25f, 12);
+    for (DType dtype : kAllDTypes) {
+        INFO(mk::dtype_name(dtype));
+        std::vector<uint8_t> bytes(mk::row_bytes(dtype, n));
+        mk::quantize_row(dtype, source.data(), bytes.data(), n);
+        auto row = dequantize(dtype, bytes, n);
+        double reference = 0;
+        for (int64_t i = 0; i < n; ++i) reference += double(row[size_t(i)]) * double(x[size_t(i)]);
+        double got = mk::dot_row(dtype, bytes.data(), x.data(), n);
+        CHECK(reference > 100);
+        CHECK(std::fabs(got - reference) <= 1e-5 * std::fabs(reference));
+    }
+}
+
+TEST_CASE("quant: quantize -> dequantize stays within each format's error bound", "[cpu]") {
+    const int64_t n = 4096;
+    auto source = random_values(size_t(n), -1, 1, 21);
+    for (float& v : source) v *= v > 0 ? 2.0f : 1.0f;  // asymmetric: [-1, 2)
+    for (DType dtype : kAllDTypes) {
+        INFO(mk::dtype_name(dtype));
+        std::vector<uint8_t> bytes(mk::row_bytes(dtype, n));
+        mk::quantize_row(dtype, source.data(), bytes.data(), n);
+        auto got = dequantize(dtype, bytes, n);
+        const int block = mk::dtype_traits(dtype).block_values == 1 ? 32 : mk::dtype_traits(dtype).block_values;
+        for (int64_t b0 = 0; b0 < n; b0 += block) {
+            float lo = 0, hi = 0, amax = 0;
+            for (int64_t i = b0; i < b0 + block; ++i)
+                lo = std::min(lo, source[i]), hi = std::max(hi, source[i]), amax = std::max(amax, std::fabs(source[i]));
+            for (int64_t i = b0; i < b0 + block; ++i) {
+                float x = source[size_t(i)], err = std::fabs(got[size_t(i)] - x), bound = 0;
+                switch (dtype) {
+                    case DType::F32: bound = 0; break;
+                    case DType::F16: bound = std::max(std::fabs(x) * 0x1p-11f, 0x1p-25f); break;
+                    case DType::BF16: bound = std::fabs(x) * 0x1p-8f; break;
+                    case DType::Q8_0: bound = 0.5f * amax / 127 * 1.002f; break;
+                    case DType::Q4_0: bound = amax / 8 * 1.005f; break;  // the short side of [-8, 7]
+                    case DType::Q4_1: bound = 0.5f * (hi - lo) / 15 * 1.02f + amax * 0x1p-11f; break;
+                    // Scales are rounded up to 6 (Q4_K) or 8 (Q6_K) bits of the super-block's largest step.
+                    case DType::Q4_K: bound = 0.5f * ((hi - lo) / 15 + (hi - lo) / 15 / 63 + -lo / 63) * 1.01f; break;
+                    case DType::Q6_K: bound = 0.5f * (amax / 31 + amax / 31 / 127) * 1.01f; break;
+                }
+                INFO("value " << i << ": " << x << " -> " << got[size_t(i)]);
+                REQUIRE(err <= bound);
+            }
+        }
+    }
+}
+
+TEST_CASE("quant: zero and constant rows survive quantization", "[cpu]") {
+    for (DType dtype : kAllDTypes) {
+        INFO(mk::dtype_name(dtype));
+        for (float c : {0.0f, 0.75f, -3.0f}) {
+            std::vector<float> source(256, c);
+            std::vector<uint8_t> bytes(mk::row_bytes(dtype, 256));
+            mk::quantize_row(dtype, source.data(), bytes.data(), 256);
+            for (float v : dequantize(dtype, bytes, 256)) REQUIRE(std::fabs(v - c) <= std::fabs(c) * 0.01f);
+        }
+    }
+}
+
+TEST_CASE("quant: f16 conversion edge cases", "[cpu]") {
+    using mk::f16_to_f32;
+    using mk::f32_to_f16;
+    const float inf = std::numeric_limits<float>::infinity();
+    CHECK(f32_to_f16(1.0f) == 0x3c00);
+    CHECK(f32_to_f16(-0.0f) == 0x8000);
+    CHECK(f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(f32_to_f16(65519.0f) == 0x7bff);  // below the halfway point 65520
+    CHECK(f32_to_f16(65520.0f) == 0x7c00);  // the tie rounds to even, which is past the largest finite
+    CHECK(f32_to_f16(1e10f) == 0x7c00);
+    CHECK(f32_to_f16(-inf) == 0xfc00);
+    uint16_t nan = f32_to_f16(std::nanf(""));
+    CHECK(((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0));
+    CHECK(f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);              // tie, to even (down)
+    CHECK(f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02);          // tie, to even (up)
+    CHECK(f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01);   // just above the tie
+    CHECK(f32_to_f16(0x1p-14f) == 0x0400);                     // smallest normal
+    CHECK(f32_to_f16(0x1p-24f) == 0x0001);                     // smallest subnormal
+    CHECK(f32_to_f16(0x1p-25f) == 0x0000);                     // tie, to even (zero)
+    CHECK(f32_to_f16(0x1p-25f * 1.0001f) == 0x0001);
+    CHECK(f32_to_f16(3 * 0x1p-25f) == 0x0002);                 // 1.5 units: tie, to even
+    CHECK(f32_to_f16(1023 * 0x1p-24f) == 0x03ff);              // largest subnormal
+    CHECK(f32_to_f16(1023.5f * 0x1p-24f) == 0x0400);           // rounds up into the normals
+    CHECK(f32_to_f16(-0x1p-30f) == 0x8000);
+    CHECK(f16_to_f32(0x03ff) == 1023 * 0x1p-24f);
+    CHECK(f16_to_f32(0x7c00) == inf);
+    CHECK(std::isnan(f16_to_f32(0x7e01)));
+    CHECK(std::signbit(f16_to_f32(0x8000)));
+    // Every non-nan half survives f16 -> f32 -> f16 exactly; nans stay nans.
+    for (uint32_t h = 0; h < 65536; ++h) {
+        float f = f16_to_f32(uint16_t(h));
+        bool is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+        REQUIRE(std::isnan(f) == is_nan);
+        if (!is_nan) REQUIRE(f32_to_f16(f) == h);
+    }
+#if defined(__FLT16_MANT_DIG__)
+    // The compiler's _Float16 conversion (round to nearest even) is an independent oracle.
+    std::mt19937 rng(5);
+    for (int i = 0; i < 200000; ++i) {
+        auto f = std::bit_cast<float>(uint32_t(rng()));
+        if (std::isnan(f)) continue;
+        INFO(f);
+        REQUIRE(f32_to_f16(f) == std::bit_cast<uint16_t>(static_cast<_Float16>(f)));
+    }
+#endif
+}
+
+TEST_CASE("quant: bf16 conversion edge cases", "[cpu]") {
+    using mk::bf16_to_f32;
+    using mk::f32_to_bf16;
+    CHECK(f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);      // tie, to even (down)
+    CHECK(f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);  // tie, to even (up)
+    CHECK(f32_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to inf
+    CHECK(f32_to_bf16(-std::numeric_limits<float>::infinity()) == 0xff80);
+    CHECK(f32_to_bf16(std::numeric_limits<float>::denorm_min()) == 0x0000);
+    CHECK(f32_to_bf16(0x1p-133f) == 0x0001);  // bf16 keeps f32's subnormals
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
+    // A nan whose payload sits only in the low 16 bits must not truncate to inf.
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::bit_cast<float>(0x7f800001u)))));
+    for (uint32_t b = 0; b < 65536; ++b) {
+        float f = bf16_to_f32(uint16_t(b));
+        if (!std::isnan(f)) REQUIRE(f32_to_bf16(f) == b);
+    }
+}
+
+// ---- CPU kernels: every ISA this CPU has against the scalar kernels and a float64 reference.
+
+namespace {
+
+std::vector<mk::CpuIsa> present_isas() {
+    std::vector<mk::CpuIsa> isas = {mk::CpuIsa::Scalar};
+    if (mk::cpu_has_isa(mk::CpuIsa::Avx2)) isas.push_back(mk::CpuIsa::Avx2);
+    return isas;
+}
+
+// Row lengths that exercise whole and partial unrolled groups: 1, 2, 7 and 33 blocks, and for plain
+// floats odd lengths that leave vector tails.
+std::vector<int64_t> test_lengths(DType dtype) {
+    const int64_t block = mk::dtype_traits(dtype).block_values;
+    if (block == 1) return {1, 3, 8, 13, 31, 32, 33, 64, 100, 576, 1056, 1543};
+    return {block, 2 * block, 7 * block, 33 * block};
+}
+
+struct RandomRow {
+    std::vector<uint8_t> bytes;
+    std::vector<float> values;  // dequantized
+};
+
+RandomRow random_row(DType dtype, int64_t n, float lo, float hi, uint32_t seed) {
+    RandomRow r{std::vector<uint8_t>(mk::row_bytes(dtype, n)), {}};
+    auto source = random_values(size_t(n), lo, hi, seed);
+    mk::quantize_row(dtype, source.data(), r.bytes.data(), n);
+    r.values = dequantize(dtype, r.bytes, n);
+    return r;
+}
+
+double dot64(const std::vector<float>& a, const float* b) {
+    double sum = 0;
+    for (size_t i = 0; i < a.size(); ++i) sum += double(a[i]) * double(b[i]);
+    return sum;
+}
+
+}  // namespace
+
+TEST_CASE("quant: the dispatch reports the active ISA", "[cpu]") {
+    const std::string name = mk::cpu_isa_name();
+    INFO("active ISA: " << name);
+    CHECK(name == mk::cpu_isa_name(mk::cpu_isa()));
+    CHECK(mk::cpu_has_isa(mk::CpuIsa::Scalar));
+    const char* env = std::getenv("MK_CPU_ISA");
+    if (env && std::string(env) == "scalar") CHECK(name == "scalar");
+    else if (mk::cpu_has_isa(mk::CpuIsa::Avx2)) CHECK(name == "avx2");
+    if (!mk::cpu_has_isa(mk::CpuIsa::Avx2)) {
+        float x[32] = {};
+        uint8_t row[34] = {};
+        CHECK_THROWS_AS(mk::dot_row(mk::CpuIsa::Avx2, DType::Q8_0, row, x, 32), mk::Error);
+    }
+}
+
+TEST_CASE("quant: every ISA's exact dot matches the scalar dot and float64", "[cpu]") {
+    for (DType dtype : kAllDTypes) {
+        for (int64_t n : test_lengths(dtype)) {
+            const RandomRow row = random_row(dtype, n, -0.5f, 1.5f, uint32_t(100 + n));
+            const auto x = random_values(size_t(n), 0.25f, 1.25f, uint32_t(200 + n));
+            const double reference = dot64(row.values, x.data());
+            const float scalar = mk::dot_row(mk::CpuIsa::Scalar, dtype, row.bytes.data(), x.data(), n);
+            for (mk::CpuIsa isa : present_isas()) {
+                INFO(mk::dtype_name(dtype) << " n=" << n << " " << mk::cpu_isa_name(isa));
+                const float got = mk::dot_row(isa, dtype, row.bytes.data(), x.data(), n);
+                CHECK(std::fabs(got - reference) <= 1e-5 * std::fabs(reference));
+                CHECK(std::fabs(got - scalar) <= 2e-5 * std::fabs(reference));
+                CHECK(got == mk::dot_row(isa, dtype, row.bytes.data(), x.data(), n));  // deterministic
+            }
+        }
+    }
+}
+
+TEST_CASE("quant: q8 activations are identical on every ISA and within d / 2", "[cpu]") {
+    const int64_t n = 33 * 32;
+    auto x = random_values(size_t(n), -3, 2, 31);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0, q = 0
+    x[100] = 1e-30f, x[7] = -50;                      // a tiny value, an outlier
+    std::vector<mk::BlockQ8> scalar(size_t(n / 32));
+    mk::quantize_activations_q8(mk::CpuIsa::Scalar, x.data(), n, scalar.data());
+    for (size_t b = 0; b < scalar.size(); ++b) {
+        INFO("block " << b);
+        int sum = 0;
+        for (int i = 0; i < 32; ++i) {
+            const float v = x[32 * b + size_t(i)];
+            REQUIRE(std::fabs(float(scalar[b].q[i]) * scalar[b].d - v) <= scalar[b].d * 0.5001f);
+            REQUIRE(std::abs(int(scalar[b].q[i])) <= 127);
+            sum += scalar[b].q[i];
+        }
+        REQUIRE(scalar[b].sum == scalar[b].d * float(sum));
+    }
+    CHECK(scalar[1].d == 0);
+    CHECK(scalar[0].q[7] == -127);
+    for (mk::CpuIsa isa : present_isas()) {
+        INFO(mk::cpu_isa_name(isa));
+        std::vector<mk::BlockQ8> got(scalar.size());
+        mk::quantize_activations_q8(isa, x.data(), n, got.data());
+        CHECK(std::memcmp(got.data(), scalar.data(), got.size() * sizeof(mk::BlockQ8)) == 0);
+    }
+    CHECK_THROWS_WITH(mk::quantize_activations_q8(x.data(), 33, scalar.data()), Contains("not a whole number"));
+    CHECK_FALSE(mk::has_q8_dot(DType::F16));
+    CHECK(mk::has_q8_dot(DType::Q4_1));
+    CHECK_THROWS_WITH(mk::dot_row_q8(DType::BF16, x.data(), scalar.data(), 32), Contains("check has_q8_dot"));
+}
+
+TEST_CASE("quant: q8 dots are exact on the quantized activations and within the rounding bound", "[cpu]") {
+    for (DType dtype : kAllDTypes) {
+        if (!mk::has_q8_dot(dtype)) continue;
+        for (int64_t n : test_lengths(dtype)) {
+            // Zero-mean weights and activations, as in a real model: the dots cancel.
+            const RandomRow row = random_row(dtype, n, -1, 1, uint32_t(300 + n));
+            const auto x = random_values(size_t(n), -2, 2, uint32_t(400 + n));
+            std::vector<mk::BlockQ8> xq(size_t(n / 32));
+            mk::quantize_activations_q8(x.data(), n, xq.data());
+            // On the quantized activations the kernels are exact up to fp32 rounding ...
+            double on_q8 = 0, on_q8_abs = 0, bound = 0, abs_products = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const mk::BlockQ8& blk = xq[size_t(i / 32)];
+                const double w = row.values[size_t(i)], xi = double(blk.q[i % 32]) * blk.d;
+                on_q8 += w * xi;
+                on_q8_abs += std::fabs(w * xi);
+                abs_products += std::fabs(w * x[size_t(i)]);
+                bound += std::fabs(w) * blk.d / 2;  // ... and x's rounding moves each product by <= |w| d / 2
+            }
+            const double reference = dot64(row.values, x.data());
+            const float scalar = mk::dot_row_q8(mk::CpuIsa::Scalar, dtype, row.bytes.data(), xq.data(), n);
+            for (mk::CpuIsa isa : present_isas()) {
+                INFO(mk::dtype_name(dtype) << " n=" << n << " " << mk::cpu_isa_name(isa));
+                const float got = mk::dot_row_q8(isa, dtype, row.bytes.data(), xq.data(), n);
+                CHECK(std::fabs(got - on_q8) <= 1e-5 * on_q8_abs);
+                CHECK(std::fabs(got - scalar) <= 2e-5 * on_q8_abs);
+                CHECK(std::fabs(got - reference) <= bound + 1e-5 * abs_products);
+                CHECK(got == mk::dot_row_q8(isa, dtype, row.bytes.data(), xq.data(), n));
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+// Validation and precomputation of a schedule for the CPU interpreter.
+#include "runtime/cpu/prepare.hpp"
+
+#include <algorithm>
+
+#include "models/error.hpp"
+#include "runtime/stall_report.hpp"
+
+namespace mk {
+
+namespace {
+
+void check_weights(const Schedule& s, const ProgramMemory& memory) {
+    if (!s.weights.empty() && memory.weights == nullptr) fail("schedule: the program gives no weights table");
+    for (uint32_t id = 0; id < s.weights.size(); ++id) {
+        const WeightFormat& f = s.weights[id];
+        if (!f.present()) continue;
+        const WeightRef& w = memory.weights[id];
+        if (w.data == nullptr || w.dtype != DType(f.dtype) || w.rows != f.rows || w.cols != f.cols ||
+            w.row_bytes != f.row_bytes)
+            fail("schedule: weight {} is expected as dtype {} [{}, {}] ({} bytes a row), the program has dtype {} "
+                 "[{}, {}] ({} bytes a row{})",
+                 id, f.dtype, f.rows, f.cols, f.row_bytes, uint32_t(w.dtype), w.rows, w.cols, w.row_bytes,
+                 w.data ? "" : ", no data");
+    }
+}
+
+void check_access(const Schedule& s, const ProgramMemory& memory, const Access& a, bool detect_races) {
+    const char* what = a.write ? "writes" : "reads";
+    if (a.begin > a.end) fail("{} a reversed region [{}, {})", what, a.begin, a.end);
+    if (a.space == Space::arena) {
+        if (a.end > s.arena_bytes) fail("{} arena bytes [{}, {}) past the arena's {} bytes", what, a.begin, a.end, s.arena_bytes);
+        if (a.pos != PosMode::none) fail("{} the arena with a position mode", what);
+        return;
+    }
+    const uint64_t n_slots = uint64_t(s.dims.n_layers) * s.dims.kv_dim();  // one slot per (layer, kv row)
+    const char* cache = a.space == Space::k_cache ? "K" : "V";
+    if (a.end > n_slots) fail("{} {} cache slots [{}, {}) past the cache's {} slots", what, cache, a.begin, a.end, n_slots);
+    if ((a.space == Space::k_cache ? memory.k_cache : memory.v_cache) == nullptr || memory.ctx_len == 0)
+        fail("{} the {} cache, but the program has none", what, cache);
+    if (a.pos == PosMode::none) fail("{} the {} cache without a position mode", what, cache);
+    if (detect_races && a.write && a.pos != PosMode::at_pos)
+        fail("writes the {} cache at more than the step's position, which the race detector does not track", cache);
+}
+
+void check_plan(const Schedule& s, const ProgramMemory& memory, const Instruction& ins, const PagePlan& plan,
+                bool check_pages) {
+    const Target& t = s.target;
+    if (ins.n_pages > t.n_pages) fail("the instruction needs {} pages, the SM has {}", ins.n_pages, t.n_pages);
+    if (plan.n_pages != ins.n_pages)
+        fail("the instruction records {} pages, its page plan needs {}", ins.n_pages, plan.n_pages);
+    if (!plan.tiles.empty() && plan.n_pages == 0) fail("the page plan has {} tiles but no pages", plan.tiles.size());
+    std::vector<uint32_t> order = plan.release_order;
+    std::sort(order.begin(), order.end());
+    bool frees_each_once = order.size() == plan.n_pages;
+    for (uint32_t k = 0; k < order.size(); ++k) frees_each_once = frees_each_once && order[k] == k;
+    if (!frees_each_once) fail("the page plan's release order does not free each of its {} pages once", plan.n_pages);
+    for (uint32_t i = 0; i < plan.tiles.size(); ++i) {
+        const Tile& tile = plan.tiles[i];
+        if (tile.weight >= s.weights.size() || !s.weights[tile.weight].present())
+            fail("tile {} streams weight {}, which the schedule does not have", i, tile.weight);
+        const WeightRef& w = memory.weights[tile.weight];
+        if (uint64_t(tile.row_begin) + tile.n_rows > w.rows || tile.bytes != uint64_t(tile.n_rows) * w.row_bytes)
+            fail("tile {} (rows [{}, {}) of weight {}, {} bytes) does not match the weight's {} rows of {} bytes", i,
+                 tile.row_begin, tile.row_begin + tile.n_rows, tile.weight, tile.bytes, w.rows, w.row_bytes);
+        if (check_pages && tile.bytes > t.page_bytes)
+            fail("tile {} is {} bytes, a page holds {}", i, tile.bytes, t.page_bytes);
+    }
+}
+
+}  // namespace
+
+PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory, bool check_pages,
+                                  bool keep_accesses) {
+    if (s.streams.size() != s.target.n_sms)
+        fail("schedule: {} streams for a target of {} SMs", s.streams.size(), s.target.n_sms);
+    if (s.arena_bytes > 0 && memory.arena == nullptr) fail("schedule: the program gives no arena");
+    check_weights(s, memory);
+
+    const PlanInputs plan_inputs{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    PreparedSchedule out;
+    out.plans.reserve(s.n_instructions());
+    std::vector<uint64_t> signalled(s.counters.size(), 0);
+    for (uint32_t sm = 0; sm < s.streams.size(); ++sm) {
+        for (uint32_t i = 0; i < s.streams[sm].size(); ++i) {
+            const Instruction& ins = s.streams[sm][i];
+            if (!is_valid_opcode(ins.opcode)) fail("schedule: sm {} #{}: unknown opcode {}", sm, i, ins.opcode);
+            with_context(instruction_label(s, sm, i), [&] {
+                if (ins.n_waits > kMaxWaits || ins.n_signals > kMaxSignals)
+                    fail("{} waits and {} signals, at most {} and {}", ins.n_waits, ins.n_signals, kMaxWaits, kMaxSignals);
+                for (uint32_t w = 0; w < ins.n_waits; ++w)
+                    if (ins.waits[w].counter >= s.counters.size())
+                        fail("waits on counter {}, the schedule has {}", ins.waits[w].counter, s.counters.size());
+                for (uint32_t g = 0; g < ins.n_signals; ++g) {
+                    if (ins.signals[g].counter >= s.counters.size())
+                        fail("signals counter {}, the schedule has {}", ins.signals[g].counter, s.counters.size());
+                    signalled[ins.signals[g].counter] += ins.signals[g].delta;
+                }
+                const OpInfo& op = op_info(ins.opcode);
+                std::vector<Access> accesses = op.accesses(ins, s.dims);
+                for (const Access& a : accesses) check_access(s, memory, a, keep_accesses);
+                if (keep_accesses) out.accesses.push_back(std::move(accesses));
+                out.plans.push_back(op.page_plan(ins, plan_inputs));
+                check_plan(s, memory, ins, out.plans.back(), check_pages);
+            });
+        }
+    }
+    for (uint32_t c = 0; c < s.counters.size(); ++c)
+        if (signalled[c] != s.counters[c].step_total)
+            fail("schedule: counter {} '{}' receives {} a step, but its step_total is {}", c, s.counters[c].name,
+                 signalled[c], s.counters[c].step_total);
+
+    // Pointers are taken only now: `plans` no longer grows.
+    uint32_t flat = 0;
+    out.streams.resize(s.streams.size());
+    for (uint32_t sm = 0; sm < s.streams.size(); ++sm) {
+        out.streams[sm].reserve(s.streams[sm].size());
+        for (const Instruction& ins : s.streams[sm]) {
+            out.streams[sm].push_back({&ins, &op_info(ins.opcode), &out.plans[flat], flat});
+            ++flat;
+        }
+    }
+    return out;
+}
+
+}  // namespace mk

@@ -7,5 +7,6 @@ namespace mk::tools {
 void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace mk::tools

@@ -1,0 +1,114 @@
+// mk bench: llama-bench-style throughput: prompt processing (ppN) and generation (tgN) tokens/s,
+// mean ± sd over repetitions, with the weight bandwidth each achieves. Output md, json or csv.
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "models/error.hpp"
+#include "runtime/program.hpp"
+#include "tools/backend_options.hpp"
+#include "tools/commands.hpp"
+#include "tools/model_source.hpp"
+
+namespace mk::tools {
+
+namespace {
+
+struct BenchCli {
+    std::string model, output = "md";
+    int32_t n_prompt = 512, n_gen = 128, reps = 5;
+    BackendOptions backend;
+};
+
+struct BenchResult {
+    std::string test;
+    int32_t n_tokens = 0;
+    std::vector<double> tokens_per_s;
+    double mean() const {
+        double s = 0;
+        for (double v : tokens_per_s) s += v;
+        return tokens_per_s.empty() ? 0 : s / tokens_per_s.size();
+    }
+    double sd() const {
+        if (tokens_per_s.size() < 2) return 0;
+        double m = mean(), s = 0;
+        for (double v : tokens_per_s) s += (v - m) * (v - m);
+        return std::sqrt(s / (tokens_per_s.size() - 1));
+    }
+};
+
+// Tokens/s of `n` steps from position 0 (a fixed pseudo-random token stream, greedy).
+double time_steps(Program& program, int32_t n, int32_t vocab) {
+    program.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    int32_t token = 1;
+    for (int32_t p = 0; p < n; ++p) token = program.step(p == 0 ? 1 : (token + p * 7919) % vocab, p, {}, {});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return n / s;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+    auto o = std::make_shared<BenchCli>();
+    CLI::App* cmd = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) throughput, like llama-bench");
+    cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec such as synthetic:llama-3.2-1b:bf16");
+    cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-n,--n-gen", o->n_gen, "Generated tokens for the tg test (0: skip)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test")->check(CLI::PositiveNumber);
+    cmd->add_option("-o,--output", o->output, "md | json | csv")->check(CLI::IsMember({"md", "json", "csv"}));
+    add_backend_options(cmd, o->backend);
+    cmd->callback([o] {
+        Model model = open_model(o->model);
+        BackendOptions backend = o->backend;
+        if (!backend.ctx) backend.ctx = uint32_t(std::max(o->n_prompt, o->n_gen) + 1);
+        auto program = make_program(model, backend);
+        const int32_t vocab = int32_t(model.config.vocab_size);
+        uint64_t n_params = 0;
+        for (const TensorView* t : model.weights()) n_params += uint64_t(t->n_elements());
+
+        std::vector<BenchResult> results;
+        if (o->n_prompt) results.push_back({fmt::format("pp{}", o->n_prompt), o->n_prompt, {}});
+        if (o->n_gen) results.push_back({fmt::format("tg{}", o->n_gen), o->n_gen, {}});
+        if (results.empty()) fail("nothing to measure: both -p and -n are 0");
+        time_steps(*program, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab);  // warm-up
+        for (BenchResult& r : results) {
+            for (int32_t i = 0; i < o->reps; ++i) {
+                fmt::print(stderr, "\rmk bench: {} repetition {}/{} ...   ", r.test, i + 1, o->reps);
+                r.tokens_per_s.push_back(time_steps(*program, r.n_tokens, vocab));
+            }
+        }
+        fmt::print(stderr, "\r{:60}\r", "");
+
+        const double gb_per_token = model.per_token_weight_bytes / 1e9;
+        const std::string name = model.config.name.empty() ? model.path.filename().string() : model.config.name;
+        const std::string backend_label = fmt::format("{} ({} SMs)", program->backend_name(), program->schedule().streams.size());
+        if (o->output == "json") {
+            nlohmann::json rows = nlohmann::json::array();
+            for (const BenchResult& r : results)
+                rows.push_back({{"model", name}, {"size_bytes", model.total_weight_bytes}, {"params", n_params},
+                                {"backend", program->backend_name()}, {"sms", program->schedule().streams.size()},
+                                {"threads", program->n_threads()}, {"test", r.test}, {"n_tokens", r.n_tokens},
+                                {"tokens_per_s", r.mean()}, {"tokens_per_s_sd", r.sd()}, {"samples", r.tokens_per_s},
+                                {"weight_gb_per_s", r.mean() * gb_per_token}});
+            fmt::print("{}\n", rows.dump(2));
+        } else if (o->output == "csv") {
+            fmt::print("model,size_bytes,params,backend,sms,threads,test,tokens_per_s,tokens_per_s_sd,weight_gb_per_s\n");
+            for (const BenchResult& r : results)
+                fmt::print("\"{}\",{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", name, model.total_weight_bytes, n_params,
+                           program->backend_name(), program->schedule().streams.size(), program->n_threads(), r.test,
+                           r.mean(), r.sd(), r.mean() * gb_per_token);
+        } else {
+            fmt::print("| model | size | params | backend | threads | test | t/s | GB/s |\n");
+            fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+            for (const BenchResult& r : results)
+                fmt::print("| {} | {:.1f} MiB | {:.1f} M | {} | {} | {} | {:.2f} ± {:.2f} | {:.2f} |\n", name,
+                           model.total_weight_bytes / 1048576.0, n_params / 1e6, backend_label, program->n_threads(),
+                           r.test, r.mean(), r.sd(), r.mean() * gb_per_token);
+        }
+    });
+}
+
+}  // namespace mk::tools

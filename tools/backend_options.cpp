@@ -3,6 +3,8 @@
 
 #include "models/error.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/schedule_file.hpp"
+#include "scheduler/verify.hpp"
 
 namespace mk::tools {
 
@@ -31,7 +33,15 @@ Target resolve_target(const BackendOptions& o) {
 }
 
 Schedule resolve_schedule(const Model& model, const BackendOptions& o) {
-    if (!o.schedule_file.empty()) fail("--schedule: loading .mks files arrives with the schedule file format");
+    if (!o.schedule_file.empty()) {
+        if (!o.target.empty() || o.sms) fail("--schedule already fixes the target; drop --target/--sms");
+        Schedule s = load_schedule(o.schedule_file);
+        if (s.config_hash != model.config.hash())
+            fail("{}: compiled for another model (config hash {:016x}; {} has {:016x})", o.schedule_file, s.config_hash,
+                 model.path.string(), model.config.hash());
+        verify_or_throw(s, o.schedule_file);
+        return s;
+    }
     return compile_schedule(model.config, weight_formats(model), resolve_target(o), parse_policy(o.policy));
 }
 

@@ -8,5 +8,7 @@ void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_schedule(CLI::App& app);
+void register_inspect(CLI::App& app);
 
 }  // namespace mk::tools

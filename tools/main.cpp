@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "mk 0.1.0");
     mk::tools::register_generate(app);
     mk::tools::register_bench(app);
+    mk::tools::register_schedule(app);
+    mk::tools::register_inspect(app);
     mk::tools::register_info(app);
     mk::tools::register_synth(app);
     try {

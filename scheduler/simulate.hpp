@@ -1,0 +1,58 @@
+// Discrete-event simulation of one step under the target's cost model: every SM runs its stream in
+// order, an instruction takes node_duration_ns of its cost, and a wait is met hop_ns after the
+// signal that completes it (immediately when that signal came from the same SM).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+struct SimOptions {
+    // The step's position: ops that read the KV cache up to pos (attention) cost in proportion to
+    // pos + 1 against the nominal 512-token context their cost() assumes.
+    uint32_t position = 511;
+};
+
+struct SimEvent {
+    double ready_ns = 0.0;  // when its waits were met (0 without waits)
+    double start_ns = 0.0, end_ns = 0.0;
+    // The instruction whose signal set start_ns (sm UINT32_MAX when the SM's previous instruction did).
+    uint32_t waited_sm = UINT32_MAX, waited_index = 0;
+};
+
+struct SmTime {
+    double busy_ns = 0.0;  // running instructions
+    double wait_ns = 0.0;  // free but blocked on a wait
+    double idle_ns = 0.0;  // done with its stream before the step ended
+};
+
+struct OpTotal {
+    std::string name;
+    uint32_t count = 0;
+    double busy_ns = 0.0;
+    uint64_t weight_bytes = 0, flops = 0;
+};
+
+struct Simulation {
+    double makespan_ns = 0.0;
+    std::vector<std::vector<SimEvent>> timeline;  // [sm][index]
+    std::vector<SmTime> sms;
+    std::vector<std::pair<uint32_t, uint32_t>> critical_path;  // (sm, index), first to last
+    std::vector<OpTotal> ops;                                  // by opcode; count 0 where unused
+    uint64_t weight_bytes = 0;                                 // streamed in one step
+    double weight_gbs() const { return makespan_ns > 0 ? double(weight_bytes) / makespan_ns : 0.0; }
+};
+
+// Throws mk::Error naming a stuck instruction if the schedule cannot finish a step (verify first).
+Simulation simulate(const Schedule& schedule, const SimOptions& options = {});
+
+// Chrome / Perfetto trace JSON: one thread per SM, one complete event per instruction (named by op,
+// its description, seq, waits and the instruction it waited on in args), times in microseconds.
+std::string simulation_to_chrome_trace(const Schedule& schedule, const Simulation& sim);
+// A Gantt chart: one lane per SM, one rectangle per instruction coloured by op, a legend and a time axis.
+std::string simulation_to_svg(const Schedule& schedule, const Simulation& sim);
+
+}  // namespace mk

@@ -1,0 +1,86 @@
+// mk inspect: what a .mks schedule holds — per-op and per-SM counts, bytes, the simulated step
+// (makespan, critical path, load balance), the verifier's verdict; --svg / --trace draw the timeline.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "instructions/registry.hpp"
+#include "models/error.hpp"
+#include "scheduler/schedule_file.hpp"
+#include "scheduler/simulate.hpp"
+#include "scheduler/verify.hpp"
+#include "tools/commands.hpp"
+
+namespace mk::tools {
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+    if (!out) fail("{}: cannot write", path);
+}
+
+void print_inspection(const Schedule& s, const Simulation& sim, const VerifyReport& report) {
+    fmt::print("target {} ({} SMs, {} pages of {} bytes), policy {}, tp {}/{}, config hash {:016x}\n", s.target.name,
+               s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.tp_rank, s.tp_size, s.config_hash);
+    fmt::print("{} instructions, {} counters, arena {} bytes, {} attention chunks, {} LM-head blocks\n\n",
+               s.n_instructions(), s.counters.size(), s.arena_bytes, s.n_attn_parts, s.n_lm_blocks);
+    fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");
+    for (const OpTotal& op : sim.ops)
+        if (op.count) fmt::print("{:<14} {:>7} {:>14} {:>12.1f}\n", op.name, op.count, op.weight_bytes, op.busy_ns / 1e3);
+
+    std::vector<uint64_t> bytes(s.streams.size(), 0);
+    for (size_t sm = 0; sm < s.streams.size(); ++sm)
+        for (const Instruction& ins : s.streams[sm])
+            bytes[sm] += op_info(ins.opcode).cost(ins, s.dims, s.weights.data()).weight_bytes;
+    auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+    double busy_max = 0, busy_sum = 0;
+    for (const SmTime& t : sim.sms) {
+        busy_max = std::max(busy_max, t.busy_ns);
+        busy_sum += t.busy_ns;
+    }
+    fmt::print("\nper SM: instructions {}..{}, weight bytes {}..{}, busy {:.1f}% on average (max SM {:.1f} us)\n",
+               std::min_element(s.streams.begin(), s.streams.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
+               std::max_element(s.streams.begin(), s.streams.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
+               *lo, *hi, 100.0 * busy_sum / (sim.makespan_ns * s.streams.size()), busy_max / 1e3);
+    fmt::print("predicted step {:.1f} us, {:.0f} GB/s of weights; critical path {} instructions:\n", sim.makespan_ns / 1e3,
+               sim.weight_gbs(), sim.critical_path.size());
+    const size_t shown = std::min<size_t>(sim.critical_path.size(), 12);
+    for (size_t i = 0; i < shown; ++i) {
+        auto [sm, index] = sim.critical_path[sim.critical_path.size() - shown + i];
+        const SimEvent& e = sim.timeline[sm][index];
+        fmt::print("  sm {:>3} #{:<4} {:>9.1f}..{:>9.1f} us  {}\n", sm, index, e.start_ns / 1e3, e.end_ns / 1e3,
+                   op_info(s.streams[sm][index].opcode).describe(s.streams[sm][index]));
+    }
+    fmt::print("verifier: {}\n", report.summary());
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app) {
+    struct Options {
+        std::string file, svg, trace;
+        uint32_t position = 511;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("inspect", "Describe a .mks schedule: counts, bytes, simulated timeline, verdict");
+    cmd->add_option("schedule", o->file, "The .mks file")->required();
+    cmd->add_option("--svg", o->svg, "Write a per-SM Gantt chart of the simulated step (SVG)");
+    cmd->add_option("--trace", o->trace, "Write the simulated step as a Chrome/Perfetto trace (JSON)");
+    cmd->add_option("--position", o->position, "Token position the simulation assumes (attention cost grows with it)");
+    cmd->callback([o] {
+        Schedule s = load_schedule(o->file);
+        SimOptions so;
+        so.position = o->position;
+        Simulation sim = simulate(s, so);
+        VerifyReport report = verify(s);
+        print_inspection(s, sim, report);
+        if (!o->svg.empty()) write_text(o->svg, simulation_to_svg(s, sim));
+        if (!o->trace.empty()) write_text(o->trace, simulation_to_chrome_trace(s, sim));
+        if (!report.ok) fail("{}: the schedule failed verification", o->file);
+    });
+}
+
+}  // namespace mk::tools

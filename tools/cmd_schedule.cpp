@@ -1,0 +1,57 @@
+// mk schedule: compile a model's decode step for a target, verify it and write it as .mks (and JSON).
+#include <fmt/core.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "models/error.hpp"
+#include "scheduler/compile.hpp"
+#include "scheduler/schedule_file.hpp"
+#include "scheduler/simulate.hpp"
+#include "scheduler/verify.hpp"
+#include "tools/backend_options.hpp"
+#include "tools/commands.hpp"
+#include "tools/model_source.hpp"
+
+namespace mk::tools {
+
+void register_schedule(CLI::App& app) {
+    struct Options {
+        std::string model, out, json;
+        BackendOptions backend;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("schedule", "Compile a model's decode step into per-SM instruction streams (.mks)");
+    cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec (default: SmolLM2-135M-Instruct)");
+    cmd->add_option("-o,--output", o->out, "The .mks file to write")->required();
+    cmd->add_option("--json", o->json, "Also write the schedule as JSON to this file");
+    cmd->add_option("--target", o->backend.target, "h200 | cpu (default cpu)");
+    cmd->add_option("--sms", o->backend.sms, "Compile for N SMs (with --smem) instead of a named target");
+    cmd->add_option("--smem", o->backend.smem, "Shared memory per SM in bytes (with --sms)");
+    cmd->add_option("--policy", o->backend.policy, "critical-path | round-robin")
+        ->check(CLI::IsMember({"critical-path", "round-robin"}));
+    cmd->callback([o] {
+        Model model = open_model(o->model);
+        const Target target = resolve_target(o->backend);
+        const auto t0 = std::chrono::steady_clock::now();
+        Schedule s = compile_schedule(model.config, weight_formats(model), target, parse_policy(o->backend.policy));
+        const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        VerifyReport report = verify(s);
+        if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());
+        save_schedule(s, o->out);
+        if (!o->json.empty()) {
+            std::ofstream out(o->json);
+            out << schedule_to_json(s);
+            if (!out) fail("{}: cannot write", o->json);
+        }
+        Simulation sim = simulate(s);
+        fmt::print("{}: {} instructions on {} SMs ({}), {} counters, policy {}\n", o->out, s.n_instructions(),
+                   s.streams.size(), target.name, s.counters.size(), s.policy);
+        fmt::print("compiled in {:.1f} ms, verified in {:.1f} ms: {}\n", compile_ms, report.stats.elapsed_ms,
+                   report.ok ? "ok" : "failed");
+        fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {:.0f} GB/s peak)\n", sim.makespan_ns / 1e3,
+                   sim.weight_gbs(), target.bandwidth_gbs);
+    });
+}
+
+}  // namespace mk::tools

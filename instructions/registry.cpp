@@ -16,12 +16,26 @@ namespace mk {
 namespace {
 const OpInfo kOps[] = {
 #define MK_OP(snake, Pascal) \
-    {#snake, &Pascal##Op::accesses, &Pascal##Op::page_plan, &Pascal##Op::cost, &Pascal##Op::run_cpu, &Pascal##Op::describe},
+    {#snake, &Pascal##Op::accesses, &Pascal##Op::weights, &Pascal##Op::page_plan, &Pascal##Op::cost, &Pascal##Op::run_cpu, &Pascal##Op::describe},
 #include "instructions/ops.def"
 #undef MK_OP
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Opcode::count));
 }  // namespace
+
+std::vector<uint32_t> present(std::initializer_list<uint32_t> ids) {
+    std::vector<uint32_t> out;
+    for (uint32_t id : ids)
+        if (id != kNoWeight) out.push_back(id);
+    return out;
+}
+
+void check_weight_ids(const Instruction& ins, const std::vector<WeightFormat>& formats) {
+    for (uint32_t id : op_info(ins.opcode).weights(ins)) {
+        if (id >= formats.size()) fail("weight id {} is outside the schedule's {} weights", id, formats.size());
+        if (!formats[id].present()) fail("weight {} is absent from the model", id);
+    }
+}
 
 bool is_valid_opcode(uint16_t opcode) { return opcode < uint16_t(Opcode::count); }
 

@@ -18,13 +18,20 @@ struct PlanInputs {
 struct OpInfo {
     const char* name;
     std::vector<Access> (*accesses)(const Instruction&, const ModelDims&);
+    std::vector<uint32_t> (*weights)(const Instruction&);  // the weight ids it reads
     PagePlan (*page_plan)(const Instruction&, const PlanInputs&);
     Cost (*cost)(const Instruction&, const ModelDims&, const WeightFormat* weights);
     void (*run_cpu)(const Instruction&, OpContext&);
     std::string (*describe)(const Instruction&);
 };
 
+// Weight ids with the optional ones (kNoWeight) left out.
+std::vector<uint32_t> present(std::initializer_list<uint32_t> ids);
+
 bool is_valid_opcode(uint16_t opcode);
+// Throws mk::Error when the instruction names a weight id outside `formats` or one the model lacks
+// (every other spec function indexes the formats by these ids, so check this first).
+void check_weight_ids(const Instruction& ins, const std::vector<WeightFormat>& formats);
 // Throws mk::Error for an opcode outside the op list.
 const OpInfo& op_info(uint16_t opcode);
 inline const OpInfo& op_info(Opcode opcode) { return op_info(uint16_t(opcode)); }

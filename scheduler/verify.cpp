@@ -104,6 +104,13 @@ bool check_structure(Context& ctx) {
         if (i.n_signals > kMaxSignals &&
             !bad(fmt::format("structure: {} has {} signals (max {})", where, i.n_signals, kMaxSignals)))
             break;
+        if (is_valid_opcode(i.opcode)) {
+            try {
+                check_weight_ids(i, s.weights);
+            } catch (const Error& e) {
+                if (!bad(fmt::format("structure: {}: {}", where, e.what()))) break;
+            }
+        }
         for (uint32_t w = 0; w < std::min<uint32_t>(i.n_waits, kMaxWaits); ++w) {
             if (i.waits[w].counter >= s.counters.size())
                 bad(fmt::format("structure: {} wait {} names counter {} of {}", where, w, i.waits[w].counter,

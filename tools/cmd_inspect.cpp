@@ -74,8 +74,10 @@ void register_inspect(CLI::App& app) {
         Schedule s = load_schedule(o->file);
         SimOptions so;
         so.position = o->position;
-        Simulation sim = simulate(s, so);
         VerifyReport report = verify(s);
+        if (report.count(VerifyCheck::structure))  // the simulator needs a well-formed schedule
+            fail("{}: {}", o->file, report.summary());
+        Simulation sim = simulate(s, so);
         print_inspection(s, sim, report);
         if (!o->svg.empty()) write_text(o->svg, simulation_to_svg(s, sim));
         if (!o->trace.empty()) write_text(o->trace, simulation_to_chrome_trace(s, sim));

@@ -46,6 +46,7 @@ struct AttnPartialOp {
         }
         return out;
     }
+    static std::vector<uint32_t> weights(const Instruction&) { return {}; }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     // Cost at a nominal 512-token context; the simulator scales attention with the position it models.
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat*) {

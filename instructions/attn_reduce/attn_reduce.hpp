@@ -28,6 +28,7 @@ struct AttnReduceOp {
             {Space::arena, a.out_off + 4 * h0 * a.head_dim, a.out_off + 4 * h1 * a.head_dim, true},
         };
     }
+    static std::vector<uint32_t> weights(const Instruction&) { return {}; }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat*) {
         auto a = decode_args<AttnReduceArgs>(ins);

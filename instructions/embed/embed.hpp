@@ -19,6 +19,10 @@ struct EmbedOp {
         return {{Space::arena, a.x_off, a.x_off + 4ull * a.d_model, true}};
     }
     // One row whose index is known only at run time: no page plan (a GPU loads it directly).
+    static std::vector<uint32_t> weights(const Instruction& ins) {
+        auto a = decode_args<EmbedArgs>(ins);
+        return {a.weight};
+    }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<EmbedArgs>(ins);

@@ -23,6 +23,10 @@ struct MatvecAddOp {
         return {{Space::arena, a.in_off, a.in_off + 4ull * a.cols, false},
                 {Space::arena, x, x + 4ull * a.n_rows, true}};
     }
+    static std::vector<uint32_t> weights(const Instruction& ins) {
+        auto a = decode_args<MatvecAddArgs>(ins);
+        return {a.weight};
+    }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<MatvecAddArgs>(ins);
         PagePlan plan;

@@ -26,6 +26,10 @@ struct RmsGateUpOp {
         return {{Space::arena, a.x_off, a.x_off + 4ull * a.d_model, false},
                 {Space::arena, act, act + 4ull * a.n_rows, true}};
     }
+    static std::vector<uint32_t> weights(const Instruction& ins) {
+        auto a = decode_args<RmsGateUpArgs>(ins);
+        return {a.gate, a.up, a.norm};
+    }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsGateUpArgs>(ins);
         PagePlan plan;

@@ -27,6 +27,10 @@ struct RmsLmHeadOp {
                 {Space::arena, logits, logits + 4ull * a.n_rows, true},
                 {Space::arena, slot, slot + 8, true}};
     }
+    static std::vector<uint32_t> weights(const Instruction& ins) {
+        auto a = decode_args<RmsLmHeadArgs>(ins);
+        return {a.weight, a.norm};
+    }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsLmHeadArgs>(ins);
         PagePlan plan;

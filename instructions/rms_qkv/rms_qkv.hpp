@@ -39,6 +39,10 @@ struct RmsQkvOp {
         }
         return out;
     }
+    static std::vector<uint32_t> weights(const Instruction& ins) {
+        auto a = decode_args<RmsQkvArgs>(ins);
+        return present({a.weight, a.norm, a.bias, a.qk_norm});
+    }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsQkvArgs>(ins);
         PagePlan plan;

@@ -22,6 +22,7 @@ struct SampleOp {
                 {Space::arena, a.argmax_off, a.argmax_off + 8ull * a.n_blocks, false},
                 {Space::arena, a.token_off, a.token_off + 4, true}};
     }
+    static std::vector<uint32_t> weights(const Instruction&) { return {}; }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat*) {
         auto a = decode_args<SampleArgs>(ins);

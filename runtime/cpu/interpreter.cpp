@@ -257,9 +257,9 @@ void Interpreter::Impl::end_step_locked() {
     step_done = true;
     if (!stop.load(std::memory_order_relaxed) && n_finished < schedule.streams.size()) {
         std::vector<BlockedStream> blocked;
-        for (uint16_t c = 0; c < parked.size(); ++c)
+        for (uint32_t c = 0; c < parked.size(); ++c)
             for (const Parked& p : parked[c])
-                blocked.push_back({p.sm, pc[p.sm], c, counters[c].value.load(std::memory_order_relaxed), p.target});
+                blocked.push_back({p.sm, pc[p.sm], uint16_t(c), counters[c].value.load(std::memory_order_relaxed), p.target});
         std::sort(blocked.begin(), blocked.end(), [](const auto& a, const auto& b) { return a.sm < b.sm; });
         failure = format_stall_report(schedule, epoch, blocked);
     }

@@ -97,6 +97,7 @@ PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory
                     signalled[ins.signals[g].counter] += ins.signals[g].delta;
                 }
                 const OpInfo& op = op_info(ins.opcode);
+                check_weight_ids(ins, s.weights);
                 std::vector<Access> accesses = op.accesses(ins, s.dims);
                 for (const Access& a : accesses) check_access(s, memory, a, keep_accesses);
                 if (keep_accesses) out.accesses.push_back(std::move(accesses));

@@ -1,4 +1,4 @@
-// A vector-clock race detector for the CPU interpreter: every arena word and KV-cache row an op
+// A vector-clock race detector for the CPU interpreter: every arena word and KV-cache entry an op
 // touches must be ordered, through the schedule's counters, after the accesses it conflicts with.
 // Because it reasons about happens-before rather than timing, a missing wait is caught whatever
 // order the threads happened to run in.

@@ -412,3 +412,31 @@ TEST_CASE("quant: q8 dots are exact on the quantized activations and within the 
         }
     }
 }
+
+TEST_CASE("quant: q8 dots' error on zero-mean random data, as logits see it", "[cpu]") {
+    // Measured (2000 rows, 576 and 1536 columns, every q8 format): rms error 5.2e-3 to 5.5e-3 of the
+    // dots' rms, max |error| 4.7e-3 to 6.4e-3 of max |dot|; the spec allows 2e-2 on logits.
+    const int64_t n = 1536, n_rows = 300;
+    std::mt19937 rng(41);
+    std::normal_distribution<float> normal(0, 1);
+    std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(n));
+    for (float& v : x) v = normal(rng);
+    std::vector<mk::BlockQ8> xq(size_t(n / 32));
+    mk::quantize_activations_q8(x.data(), n, xq.data());
+    for (DType dtype : kAllDTypes) {
+        if (!mk::has_q8_dot(dtype)) continue;
+        INFO(mk::dtype_name(dtype));
+        std::vector<uint8_t> bytes(mk::row_bytes(dtype, n));
+        double sum_sq_err = 0, sum_sq_ref = 0, max_err = 0, max_ref = 0;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            for (float& v : w) v = normal(rng);
+            mk::quantize_row(dtype, w.data(), bytes.data(), n);
+            const double reference = dot64(dequantize(dtype, bytes, n), x.data());
+            const double err = std::fabs(mk::dot_row_q8(dtype, bytes.data(), xq.data(), n) - reference);
+            sum_sq_err += err * err, sum_sq_ref += reference * reference;
+            max_err = std::max(max_err, err), max_ref = std::max(max_ref, std::fabs(reference));
+        }
+        CHECK(std::sqrt(sum_sq_err / sum_sq_ref) < 8e-3);
+        CHECK(max_err / max_ref < 1e-2);
+    }
+}

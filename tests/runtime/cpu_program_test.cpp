@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/error.hpp"
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
 #include "runtime/program.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/verify.hpp"
 #include "tests/test_paths.hpp"
 
 namespace mk {
@@ -52,6 +55,9 @@ double rel_l2(std::span<const float> a, const std::vector<double>& b) {
 
 std::unique_ptr<Program> cpu_program(const Model& model, const Target& target, uint32_t threads) {
     Schedule s = compile_schedule(model.config, weight_formats(model), target, Policy::critical_path);
+    VerifyReport report = verify(s);  // every schedule the scheduler produces must verify
+    INFO(report.summary());
+    REQUIRE(report.ok);
     ProgramOptions o;
     o.n_threads = threads;
     o.ctx_len = 128;
@@ -136,6 +142,55 @@ TEST_CASE("H200, 2-SM and 7-SM schedules agree, bit for bit across thread counts
             CHECK(rel_l2(one[p], ref) < 1e-5);
         }
     }
+}
+
+// Removes wait `slot` of instruction `index` on stream `sm`.
+Schedule without_wait(Schedule s, const WaitRef& w) {
+    Instruction& ins = s.streams[w.sm][w.index];
+    for (uint32_t k = w.slot; k + 1 < ins.n_waits; ++k) ins.waits[k] = ins.waits[k + 1];
+    ins.n_waits--;
+    return s;
+}
+
+TEST_CASE("a wait the verifier is told to ignore is caught by the race detector at run time", "[cpu]") {
+    const auto path = test::output_dir() / "race_detector_model.gguf";
+    write_synthetic_model(parse_synthetic_spec("synthetic:tiny-llama:f32:seed=5"), path);
+    Model model = load_model(path);
+    Schedule s = compile_schedule(model.config, weight_formats(model), target_custom(4, 232448), Policy::round_robin);
+    REQUIRE(verify(s).ok);
+
+    // The first within-step wait whose removal the verifier reports as a race (the CPU interpreter
+    // ends every step with a barrier, so only within-step races can happen there).
+    std::optional<WaitRef> victim;
+    for (uint32_t sm = 0; sm < s.streams.size() && !victim; ++sm)
+        for (uint32_t i = 0; i < s.streams[sm].size() && !victim; ++i)
+            for (uint32_t w = 0; w < s.streams[sm][i].n_waits && !victim; ++w) {
+                if (s.streams[sm][i].waits[w].target == 0) continue;  // waits for the previous step
+                VerifyOptions options;
+                options.ignore_waits = {{sm, i, w}};
+                if (verify(s, options).count(VerifyCheck::race)) victim = WaitRef{sm, i, w};
+            }
+    REQUIRE(victim);
+    Schedule broken = without_wait(s, *victim);
+    CHECK(verify(broken).count(VerifyCheck::race) > 0);  // the verifier would refuse it
+
+    ProgramOptions o;
+    o.n_threads = 2;
+    o.ctx_len = 16;
+    o.detect_races = true;
+    auto program = make_cpu_program(model, broken, o);
+    std::string message;
+    try {
+        for (int p = 0; p < 4; ++p) program->step(p + 1, p, {}, {});
+    } catch (const Error& e) {
+        message = e.what();
+    }
+    INFO("removed wait: sm " << victim->sm << " #" << victim->index << " slot " << victim->slot);
+    CHECK_THAT(message, Catch::Contains("race"));
+
+    // The same schedule with the wait in place runs clean under the detector.
+    auto clean = make_cpu_program(model, s, o);
+    for (int p = 0; p < 4; ++p) clean->step(p + 1, p, {}, {});
 }
 
 }  // namespace

@@ -10,5 +10,6 @@ void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_schedule(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_devices(CLI::App& app);
 
 }  // namespace mk::tools

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     mk::tools::register_schedule(app);
     mk::tools::register_inspect(app);
     mk::tools::register_info(app);
+    mk::tools::register_devices(app);
     mk::tools::register_synth(app);
     try {
         app.parse(argc, argv);  // runs the selected subcommand's callback

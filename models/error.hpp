@@ -2,15 +2,11 @@
 // way up ("model.gguf: tensor blk.3.ffn_up: expected Q4_1 [576,1536], got F16"); only tools/ catches.
 #pragma once
 #include <fmt/format.h>
-#include <stdexcept>
 #include <string>
 
-namespace mk {
+#include "mk/error.hpp"  // the class itself lives in the public API headers
 
-class Error : public std::runtime_error {
-public:
-    explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
+namespace mk {
 
 // Throws mk::Error with a formatted message.
 template <typename... Args>

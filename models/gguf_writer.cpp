@@ -162,7 +162,7 @@ void GgufWriter::add_tensor_f32(const std::string& name, DType dtype, std::vecto
 size_t GgufWriter::alignment() const {
     for (const auto& [k, v] : metadata_) {
         if (k != "general.alignment") continue;
-        uint64_t a = with_context("gguf writer: key general.alignment", [&] { return v.as_u64(); });
+        uint64_t a = with_context("gguf writer: key general.alignment", [&v = v] { return v.as_u64(); });
         if (a == 0 || !std::has_single_bit(a) || a > (uint64_t(1) << 30))
             fail("gguf writer: key general.alignment: {} is not a power of two up to 2^30", a);
         return size_t(a);
@@ -180,7 +180,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
     for (const auto& [key, value] : metadata_) {
         out.put_string(key);
         out.put(uint32_t(value.type));
-        with_context("gguf writer: key " + key, [&] { put_value(out, value); });
+        with_context("gguf writer: key " + key, [&, &value = value] { put_value(out, value); });
     }
     uint64_t offset = 0;
     for (const Tensor& t : tensors_) {

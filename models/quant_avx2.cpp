@@ -32,8 +32,9 @@ struct LoadBF16 {
     }
 };
 
-// Four accumulators hide the FMA latency and cut each lane's sum to n / 32 terms; the tail (n % 8
-// values) is zero-padded into one more vector, so any n works.
+// Four accumulators hide the FMA latency (one: F32 54, BF16 24.5, F16 29.6 GB/s; four: 68, 41, 44;
+// mk_dot_bench --formats F32,BF16,F16 --cols 576 --rows 1024) and cut each lane's sum to n / 32
+// terms. The tail (n % 8 values) is zero-padded into one more vector, so any n works.
 template <typename L>
 MK_AVX2 float dot_plain(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;

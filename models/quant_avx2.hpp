@@ -52,10 +52,65 @@ MK_AVX2 inline __m128i load64(const uint8_t* p) { return _mm_loadl_epi64(reinter
 MK_AVX2 inline __m256 loadu(const float* p) { return _mm256_loadu_ps(p); }
 
 // 16 bytes of nibbles as 32 bytes 0..15 in value order: low nibbles (values 0-15), then high ones.
+// A broadcast load and a per-lane variable shift keep this off the shuffle port (vinserti128).
 MK_AVX2 inline __m256i unpack_nibbles(const uint8_t* p) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
+}
+
+MK_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// [x.d, x.sum, 0, 0]: an activation block's two scales, adjacent at the start of BlockQ8 and BlockQ16.
+template <typename X>
+MK_AVX2 inline __m128 act_scales(const X& x) {
+    return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x.d)));
+}
+
+// Lane 0 = the weight block's f16 d (its first 2 bytes) times the activations' d; one conversion
+// from memory (8 bytes read; every block is longer), the other lanes unused and never multiplied.
+template <typename X>
+MK_AVX2 inline __m256 block_scale(const uint8_t* w, const X& x) {
+    const __m128 d = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w)));
+    return _mm256_broadcastss_ps(_mm_mul_ss(d, act_scales(x)));
+}
+
+// [d * dx, d * sum, 0, 0] for a weight block that starts with its f16 d (Q4_0: value (q - 8) d,
+// whose offset term is -8 d sum).
+template <typename X>
+MK_AVX2 inline __m128 scales_d_d(const uint8_t* w, const X& x) {
+    uint16_t d;
+    std::memcpy(&d, w, 2);
+    return _mm_mul_ps(_mm_moveldup_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d))), act_scales(x));
+}
+
+// [d * dx, m * sum, 0, 0] for a weight block that starts with f16 d, f16 m (Q4_1: value q d + m):
+// both convert at once and multiply [dx, sum] in one go.
+template <typename X>
+MK_AVX2 inline __m128 scales_d_m(const uint8_t* w, const X& x) {
+    uint32_t dm;
+    std::memcpy(&dm, w, 4);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dm))), act_scales(x));
+}
+
+// The integer-dot driver (q8 and q16 modes). Each format's step K::step adds one 32-value block's
+// dot to `acc` (lanes) and, for formats with an offset term, the block's offset to lane 1 of
+// `offset` (scaled by K::kOffsetScale at the end). Two pairs of accumulators alternate so a block
+// need not wait on the previous block's FMA latency: q8 Q4_1 19.2 -> 21.6 GB/s, Q8_0 32 -> 35
+// (mk_dot_bench --formats Q4_1,Q8_0 --cols 576, 3072 rows, cache-hot).
+template <typename K, typename X>
+MK_AVX2 inline float dot_blocks(const uint8_t* row, const X* xq, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    __m128 offset0 = _mm_setzero_ps(), offset1 = offset0;
+    const int64_t n_blocks = n / 32;
+    int64_t b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+        K::step(acc0, offset0, row + b * K::kBytes, xq[b]);
+        K::step(acc1, offset1, row + (b + 1) * K::kBytes, xq[b + 1]);
+    }
+    if (b < n_blocks) K::step(acc0, offset0, row + b * K::kBytes, xq[b]);
+    const __m128 offset = _mm_add_ps(offset0, offset1);
+    return hsum(_mm256_add_ps(acc0, acc1)) + K::kOffsetScale * _mm_cvtss_f32(_mm_movehdup_ps(offset));
 }
 
 }  // namespace

@@ -62,6 +62,17 @@ inline ScaleMin unpack_scale_min(const uint8_t* s, int j) {
     if (j < 4) return {s[j] & 63, s[j + 4] & 63};
     return {(s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)};
 }
+// All eight at once, byte j of `scales` / `mins` for sub-block j, with 32-bit integer ops (4 bytes
+// in parallel) and no stores: the SIMD kernels load them straight into vectors.
+inline void unpack_scale_mins(const uint8_t* s, uint64_t& scales, uint64_t& mins) {
+    uint32_t a, b, c;  // bytes 0-3, 4-7, 8-11
+    std::memcpy(&a, s, 4);
+    std::memcpy(&b, s + 4, 4);
+    std::memcpy(&c, s + 8, 4);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    scales = uint64_t(a & low6) | uint64_t((c & low4) | (((a >> 6) & low2) << 4)) << 32;
+    mins = uint64_t(b & low6) | uint64_t(((c >> 4) & low4) | (((b >> 6) & low2) << 4)) << 32;
+}
 
 // Q6_K: 128 bytes low nibbles (ql), 64 bytes high 2-bit pairs (qh), 16 int8 scales, f16 d.
 // Value i = d * scales[i / 16] * (q6 - 32).

@@ -32,7 +32,9 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
     auto t0 = std::chrono::steady_clock::now();
     int32_t next = -1;
     for (size_t i = 0; i < prompt.size(); ++i) {
-        next = program_->step(prompt[i], int32_t(i), options.sampling, std::span(history.data(), i));
+        // The penalty sees every token in the context, the one being run included (as in generation).
+        next = program_->step(prompt[i], int32_t(i), options.sampling, std::span(history.data(), i + 1));
+        stats.n_past = int32_t(i) + 1;
         if (options.cancel && options.cancel->load()) {
             stats.cancelled = true;
             break;
@@ -55,6 +57,7 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
         if (stats.n_generated == options.n_predict || uint32_t(pos) + 1 >= ctx) break;
         next = program_->step(next, pos++, options.sampling, history);
         stats.n_eval_steps++;
+        stats.n_past = pos;
         if (options.cancel && options.cancel->load()) stats.cancelled = true;
     }
     if (std::string rest = decoder.flush(); !rest.empty()) on_text(rest);

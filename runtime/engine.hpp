@@ -24,6 +24,7 @@ struct GenerateStats {
     int32_t n_prompt = 0, n_generated = 0;
     int32_t n_eval_steps = 0;  // decode steps after the prompt (the first token comes from the prompt's last step)
     double prompt_ms = 0, eval_ms = 0;
+    int32_t n_past = 0;  // positions in the KV cache when generate returned (the last token is never run)
     bool stopped_at_eog = false, cancelled = false;
     std::vector<int32_t> tokens;  // the generated ids
 };

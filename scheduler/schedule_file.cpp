@@ -20,6 +20,8 @@ constexpr uint32_t kMaxString = 1 << 16;
 constexpr uint32_t kMaxStreams = 1 << 16;
 constexpr uint32_t kMaxCounters = 1 << 16;  // counter ids are u16
 constexpr uint32_t kMaxWeights = 1 << 24;
+constexpr uint32_t kMaxHeads = 1 << 12;  // as validate_config's limit on heads and head_dim
+constexpr uint32_t kMaxWeightRows = 1 << 24;  // as validate_config's limit on the vocabulary
 
 uint64_t fnv1a64(const uint8_t* data, size_t size) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -240,6 +242,10 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
     ModelDims& d = s.dims;
     for (uint32_t* v : {&d.n_layers, &d.d_model, &d.n_heads, &d.n_kv_heads, &d.head_dim, &d.d_ff, &d.vocab})
         *v = r.u32("model dims");
+    // Head counts size per-head loops in the verifier and the ops: refuse what validate_config calls absurd.
+    if (d.n_heads > kMaxHeads || d.n_kv_heads > kMaxHeads || d.head_dim > kMaxHeads)
+        fail("{}: model dims claim {} heads, {} KV heads of head_dim {}, more than {} (corrupt file)", name, d.n_heads,
+             d.n_kv_heads, d.head_dim, kMaxHeads);
     d.norm_eps = r.f32("norm_eps");
     d.qkv_bias = r.u32("qkv_bias");
     d.qk_norm = r.u32("qk_norm");
@@ -255,6 +261,10 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
         f.rows = r.u32("weight rows");
         f.cols = r.u32("weight cols");
         f.row_bytes = r.u64("weight row_bytes");
+        // Page plans make one tile per page of rows: refuse more rows than any model has (vocab <= 2^24).
+        if (f.rows > kMaxWeightRows || f.cols > kMaxWeightRows)
+            fail("{}: a weight of {} rows × {} columns, more than {} (corrupt file)", name, f.rows, f.cols,
+                 kMaxWeightRows);
     }
     s.buffers.resize(r.count("buffers", 24, kMaxString));
     for (BufferInfo& b : s.buffers) {

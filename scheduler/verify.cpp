@@ -107,6 +107,7 @@ bool check_structure(Context& ctx) {
         if (is_valid_opcode(i.opcode)) {
             try {
                 check_weight_ids(i, s.weights);
+                (void)op_info(i.opcode).accesses(i, s.dims);  // arguments the op's spec refuses (mk::Error)
             } catch (const Error& e) {
                 if (!bad(fmt::format("structure: {}: {}", where, e.what()))) break;
             }

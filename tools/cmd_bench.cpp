@@ -8,9 +8,9 @@
 
 #include "models/error.hpp"
 #include "runtime/program.hpp"
+#include "runtime/api/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_source.hpp"
 
 namespace mk::tools {
 
@@ -63,7 +63,7 @@ void register_bench(CLI::App& app) {
     cmd->callback([o] {
         Model model = open_model(o->model);
         BackendOptions backend = o->backend;
-        if (!backend.ctx) backend.ctx = uint32_t(std::max(o->n_prompt, o->n_gen) + 1);
+        if (!backend.ctx_len) backend.ctx_len = uint32_t(std::max(o->n_prompt, o->n_gen) + 1);
         auto program = make_program(model, backend);
         const int32_t vocab = int32_t(model.config.vocab_size);
         uint64_t n_params = 0;

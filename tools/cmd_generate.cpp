@@ -12,9 +12,9 @@
 #include "models/chat_template.hpp"
 #include "models/error.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/api/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_source.hpp"
 
 namespace mk::tools {
 

@@ -8,8 +8,8 @@
 #include "models/chat_template.hpp"
 #include "models/error.hpp"
 #include "models/quant.hpp"
+#include "runtime/api/model_source.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_source.hpp"
 
 namespace mk::tools {
 

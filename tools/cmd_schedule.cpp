@@ -9,9 +9,9 @@
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
 #include "scheduler/verify.hpp"
+#include "runtime/api/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_source.hpp"
 
 namespace mk::tools {
 
@@ -27,7 +27,7 @@ void register_schedule(CLI::App& app) {
     cmd->add_option("--json", o->json, "Also write the schedule as JSON to this file");
     cmd->add_option("--target", o->backend.target, "h200 | cpu (default cpu)");
     cmd->add_option("--sms", o->backend.sms, "Compile for N SMs (with --smem) instead of a named target");
-    cmd->add_option("--smem", o->backend.smem, "Shared memory per SM in bytes (with --sms)");
+    cmd->add_option("--smem", o->backend.smem_bytes, "Shared memory per SM in bytes (with --sms)");
     cmd->add_option("--policy", o->backend.policy, "critical-path | round-robin")
         ->check(CLI::IsMember({"critical-path", "round-robin"}));
     cmd->callback([o] {

@@ -22,3 +22,51 @@ fi
 
 echo "== tests"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 900
+
+echo "== install, then build examples/embed against the installed package and run it"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+cmake --install "$build" --prefix "$stage/prefix" >/dev/null
+embed_launcher=()
+command -v ccache >/dev/null && embed_launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$root/examples/embed" -B "$stage/embed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$stage/prefix" "${embed_launcher[@]}" >/dev/null
+cmake --build "$stage/embed" -j "$jobs" >/dev/null
+reply=$("$stage/embed/embed" -n 24 2>/dev/null)
+printf 'embed: %s\n' "$reply"
+if ! grep -q Paris <<<"$reply"; then
+  echo "run-tests: error: examples/embed's reply to 'What is the capital of France?' does not mention Paris" >&2
+  exit 1
+fi
+
+# ---- reliability: the CPU test suite under sanitizers, then (optionally) the fuzz targets ----
+# ASan+UBSan: every CPU test but [slow]; TSan: the interpreter and CPU-program tests, where the threads are.
+# MK_SANITIZERS=0 skips both; MK_FUZZ_SECONDS=N also runs tools/fuzz.sh N (0: skip).
+if [ "${MK_SANITIZERS:-1}" != 0 ]; then
+  san_start=$SECONDS
+  echo "== sanitizers: address,undefined ($root/build/asan)"
+  cmake -S "$root" -B "$root/build/asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMK_CUDA=OFF \
+    -DMK_SANITIZE=address,undefined -DMK_BUILD_BENCH=OFF '-DMK_TEST_SPEC=~[cuda]~[slow]' \
+    -DMK_PYTHON="$cache/oracle-venv/bin/python" "${launcher[@]}" >/dev/null
+  cmake --build "$root/build/asan" -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$root/build/asan" -j "$jobs" --output-on-failure --timeout 1800
+  echo "== sanitizers: address,undefined took $((SECONDS - san_start)) s"
+
+  tsan_start=$SECONDS
+  echo "== sanitizers: thread ($root/build/tsan)"
+  cmake -S "$root" -B "$root/build/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMK_CUDA=OFF \
+    -DMK_SANITIZE=thread -DMK_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+  cmake --build "$root/build/tsan" -j "$jobs" --target mk_runtime_tests mk_program_tests
+  mkdir -p "$root/build/tsan/testdata"
+  # [oracle] cases need the Python fixtures of a ctest run; the threads they exercise are the same.
+  for t in mk_runtime_tests mk_program_tests; do
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build/tsan/tests/$t" '~[cuda]~[slow]~[oracle]'
+  done
+  echo "== sanitizers: thread took $((SECONDS - tsan_start)) s"
+fi
+if [ "${MK_FUZZ_SECONDS:-0}" != 0 ]; then
+  fuzz_start=$SECONDS
+  "$root/tools/fuzz.sh" "$MK_FUZZ_SECONDS"
+  echo "== fuzz took $((SECONDS - fuzz_start)) s"
+fi

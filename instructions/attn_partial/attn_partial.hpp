@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "instructions/registry.hpp"
+#include "models/error.hpp"
 
 namespace mk {
 
@@ -31,6 +32,11 @@ inline void attn_chunk(int32_t pos, uint32_t part, uint32_t n_parts, int32_t& be
 struct AttnPartialOp {
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
         auto a = decode_args<AttnPartialArgs>(ins);
+        // One access per query head of the group: a corrupt group would ask for billions of them.
+        if (a.n_parts == 0 || a.part >= a.n_parts || a.kv_head >= dims.n_kv_heads ||
+            uint64_t(a.kv_head + 1) * a.group > dims.n_heads)
+            fail("attn_partial: kv head {} × group {} (part {} of {}) is outside the model's {} heads, {} KV heads",
+                 a.kv_head, a.group, a.part, a.n_parts, dims.n_heads, dims.n_kv_heads);
         const uint64_t h0 = uint64_t(a.kv_head) * a.group;
         const uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + uint64_t(a.kv_head) * a.head_dim;
         std::vector<Access> out{

@@ -2,6 +2,7 @@
 #include "instructions/common/page_plan.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "models/error.hpp"
 
@@ -14,25 +15,35 @@ uint32_t rows_per_page(const PlanInputs& in, uint32_t weight) {
     if (format.row_bytes > in.page_bytes)
         fail("page plan: a row of weight {} is {} bytes, larger than a {}-byte page", weight, format.row_bytes,
              in.page_bytes);
-    return uint32_t(in.page_bytes / format.row_bytes);
+    return uint32_t(std::min<uint64_t>(in.page_bytes / format.row_bytes, UINT32_MAX));  // never truncated to 0
+}
+
+// One tile per page of rows: a corrupt row range would otherwise ask for billions of tiles.
+void check_rows(const PlanInputs& in, uint32_t weight, uint32_t row_begin, uint32_t n_rows) {
+    if (uint64_t(row_begin) + n_rows > in.weights[weight].rows)
+        fail("page plan: rows [{}, {}) of weight {} are outside its {} rows", row_begin, uint64_t(row_begin) + n_rows,
+             weight, in.weights[weight].rows);
 }
 }  // namespace
 
 void append_row_tiles(PagePlan& plan, const PlanInputs& in, uint32_t weight, uint32_t row_begin, uint32_t n_rows) {
     const uint32_t step = rows_per_page(in, weight);
-    for (uint32_t r = 0; r < n_rows; r += step) {
-        uint32_t count = std::min(step, n_rows - r);
-        plan.tiles.push_back({weight, row_begin + r, count, count * in.weights[weight].row_bytes});
+    check_rows(in, weight, row_begin, n_rows);
+    for (uint64_t r = 0; r < n_rows; r += step) {
+        const uint32_t count = uint32_t(std::min<uint64_t>(step, n_rows - r));
+        plan.tiles.push_back({weight, uint32_t(row_begin + r), count, count * in.weights[weight].row_bytes});
     }
 }
 
 void append_paired_row_tiles(PagePlan& plan, const PlanInputs& in, uint32_t weight_a, uint32_t weight_b,
                              uint32_t row_begin, uint32_t n_rows) {
     const uint32_t step = std::min(rows_per_page(in, weight_a), rows_per_page(in, weight_b));
-    for (uint32_t r = 0; r < n_rows; r += step) {
-        uint32_t count = std::min(step, n_rows - r);
-        plan.tiles.push_back({weight_a, row_begin + r, count, count * in.weights[weight_a].row_bytes});
-        plan.tiles.push_back({weight_b, row_begin + r, count, count * in.weights[weight_b].row_bytes});
+    check_rows(in, weight_a, row_begin, n_rows);
+    check_rows(in, weight_b, row_begin, n_rows);
+    for (uint64_t r = 0; r < n_rows; r += step) {
+        const uint32_t count = uint32_t(std::min<uint64_t>(step, n_rows - r));
+        plan.tiles.push_back({weight_a, uint32_t(row_begin + r), count, count * in.weights[weight_a].row_bytes});
+        plan.tiles.push_back({weight_b, uint32_t(row_begin + r), count, count * in.weights[weight_b].row_bytes});
     }
 }
 

@@ -1,4 +1,9 @@
-// The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter.
+// The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. A context whose
+// KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused before allocating.
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,6 +16,29 @@ namespace mk {
 
 namespace {
 
+// Bytes the process may still use, and where that number comes from. MK_MEMORY_LIMIT (bytes, or with a
+// K/M/G suffix) overrides /proc/meminfo's MemAvailable; 0 when neither is known (then nothing is refused).
+uint64_t available_memory_bytes(std::string& source) {
+    if (const char* env = std::getenv("MK_MEMORY_LIMIT"); env && *env) {
+        source = "MK_MEMORY_LIMIT";
+        char* end = nullptr;
+        const unsigned long long value = std::strtoull(env, &end, 10);
+        const std::string suffix = end;
+        const uint64_t scale = suffix.empty() ? 1 : suffix == "K" ? 1ull << 10 : suffix == "M" ? 1ull << 20
+                                                 : suffix == "G" ? 1ull << 30 : 0;
+        if (end == env || scale == 0 || value > UINT64_MAX / scale)
+            fail("MK_MEMORY_LIMIT={}: expected a byte count such as 4000000000 or 4G", env);
+        return value * scale;
+    }
+    source = "MemAvailable in /proc/meminfo";
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    uint64_t kib = 0;
+    while (meminfo >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return 0;
+}
+
 class CpuProgram final : public Program {
 public:
     CpuProgram(const Model& model, Schedule schedule, const ProgramOptions& options)
@@ -20,12 +48,22 @@ public:
         if (int64_t(ctx_len_) > model.config.context_length)
             fail("{}: context {} exceeds the model's {}", model.path.string(), ctx_len_, model.config.context_length);
         const uint64_t cache_floats = uint64_t(d.n_layers) * d.kv_dim() * ctx_len_;
+        // vector::assign of more than the machine has is not a bad_alloc under overcommit but an OOM kill
+        // while zero-filling, so the budget is checked first. The mapped weights count: a step reads them all.
+        const uint64_t kv_bytes = 2 * 4 * cache_floats, arena_bytes = schedule.arena_bytes + 4;
+        const uint64_t needed = kv_bytes + arena_bytes + model.total_weight_bytes;
+        std::string source;
+        if (const uint64_t available = available_memory_bytes(source); available && needed > available)
+            fail("{}: context {} needs {} bytes of KV cache ({} with the {}-byte arena and {} bytes of weights), but "
+                 "only {} bytes are available ({}); use a smaller context (-c)",
+                 model.path.string(), ctx_len_, kv_bytes, needed, arena_bytes, model.total_weight_bytes, available,
+                 source);
         try {
             arena_.assign(schedule.arena_bytes / 4 + 1, 0.0f);
             k_cache_.assign(cache_floats, 0.0f);
             v_cache_.assign(cache_floats, 0.0f);
         } catch (const std::bad_alloc&) {
-            fail("cannot allocate the KV cache: {} bytes for context {}", 8 * cache_floats, ctx_len_);
+            fail("{}: cannot allocate the KV cache: {} bytes for context {}", model.path.string(), kv_bytes, ctx_len_);
         }
         ProgramMemory memory;
         memory.arena = reinterpret_cast<uint8_t*>(arena_.data());

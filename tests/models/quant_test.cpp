@@ -348,83 +348,102 @@ TEST_CASE("quant: every ISA's exact dot matches the scalar dot and float64", "[c
     }
 }
 
-TEST_CASE("quant: q8 activations are identical on every ISA and within d / 2", "[cpu]") {
+// The two integer-dot modes, for tests that run on both. Limits: the rms and max error the
+// zero-mean test below allows (measured over 2000 rows, 576 and 1536 columns, every format: q8 rms
+// 5.2e-3 to 5.5e-3 of the dots' rms and max 4.7e-3 to 6.4e-3 of max |dot|; q16 ~2e-5 for both).
+struct Q8Mode {
+    using Block = mk::BlockQ8;
+    static constexpr int kLevels = 127;
+    static constexpr double kRmsLimit = 8e-3, kMaxLimit = 1e-2;
+    static bool has(DType d) { return mk::has_q8_dot(d); }
+    static void quantize(mk::CpuIsa isa, const float* x, int64_t n, Block* out) { mk::quantize_activations_q8(isa, x, n, out); }
+    static float dot(mk::CpuIsa isa, DType d, const void* row, const Block* xq, int64_t n) { return mk::dot_row_q8(isa, d, row, xq, n); }
+};
+struct Q16Mode {
+    using Block = mk::BlockQ16;
+    static constexpr int kLevels = 32767;
+    static constexpr double kRmsLimit = 1e-4, kMaxLimit = 1e-4;
+    static bool has(DType d) { return mk::has_q16_dot(d); }
+    static void quantize(mk::CpuIsa isa, const float* x, int64_t n, Block* out) { mk::quantize_activations_q16(isa, x, n, out); }
+    static float dot(mk::CpuIsa isa, DType d, const void* row, const Block* xq, int64_t n) { return mk::dot_row_q16(isa, d, row, xq, n); }
+};
+
+TEMPLATE_TEST_CASE("quant: integer-dot activations are identical on every ISA and within d / 2", "[cpu]", Q8Mode, Q16Mode) {
+    using Block = typename TestType::Block;
     const int64_t n = 33 * 32;
     auto x = random_values(size_t(n), -3, 2, 31);
     std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0, q = 0
     x[100] = 1e-30f, x[7] = -50;                      // a tiny value, an outlier
-    std::vector<mk::BlockQ8> scalar(size_t(n / 32));
-    mk::quantize_activations_q8(mk::CpuIsa::Scalar, x.data(), n, scalar.data());
+    std::vector<Block> scalar(size_t(n / 32));
+    TestType::quantize(mk::CpuIsa::Scalar, x.data(), n, scalar.data());
     for (size_t b = 0; b < scalar.size(); ++b) {
         INFO("block " << b);
         int sum = 0;
         for (int i = 0; i < 32; ++i) {
             const float v = x[32 * b + size_t(i)];
             REQUIRE(std::fabs(float(scalar[b].q[i]) * scalar[b].d - v) <= scalar[b].d * 0.5001f);
-            REQUIRE(std::abs(int(scalar[b].q[i])) <= 127);
+            REQUIRE(std::abs(int(scalar[b].q[i])) <= TestType::kLevels);
             sum += scalar[b].q[i];
         }
         REQUIRE(scalar[b].sum == scalar[b].d * float(sum));
     }
     CHECK(scalar[1].d == 0);
-    CHECK(scalar[0].q[7] == -127);
+    CHECK(scalar[0].q[7] == -TestType::kLevels);
     for (mk::CpuIsa isa : present_isas()) {
         INFO(mk::cpu_isa_name(isa));
-        std::vector<mk::BlockQ8> got(scalar.size());
-        mk::quantize_activations_q8(isa, x.data(), n, got.data());
-        CHECK(std::memcmp(got.data(), scalar.data(), got.size() * sizeof(mk::BlockQ8)) == 0);
+        std::vector<Block> got(scalar.size());
+        TestType::quantize(isa, x.data(), n, got.data());
+        CHECK(std::memcmp(got.data(), scalar.data(), got.size() * sizeof(Block)) == 0);
     }
-    CHECK_THROWS_WITH(mk::quantize_activations_q8(x.data(), 33, scalar.data()), Contains("not a whole number"));
-    CHECK_FALSE(mk::has_q8_dot(DType::F16));
-    CHECK(mk::has_q8_dot(DType::Q4_1));
-    CHECK_THROWS_WITH(mk::dot_row_q8(DType::BF16, x.data(), scalar.data(), 32), Contains("check has_q8_dot"));
+    CHECK_THROWS_WITH(TestType::quantize(mk::cpu_isa(), x.data(), 33, scalar.data()), Contains("not a whole number"));
+    CHECK_FALSE(TestType::has(DType::F16));
+    CHECK(TestType::has(DType::Q4_1));
+    CHECK_THROWS_WITH(TestType::dot(mk::cpu_isa(), DType::BF16, x.data(), scalar.data(), 32), Contains("check has_q8_dot"));
 }
 
-TEST_CASE("quant: q8 dots are exact on the quantized activations and within the rounding bound", "[cpu]") {
+TEMPLATE_TEST_CASE("quant: integer dots are exact on the quantized activations and within the rounding bound", "[cpu]", Q8Mode, Q16Mode) {
     for (DType dtype : kAllDTypes) {
-        if (!mk::has_q8_dot(dtype)) continue;
+        if (!TestType::has(dtype)) continue;
         for (int64_t n : test_lengths(dtype)) {
             // Zero-mean weights and activations, as in a real model: the dots cancel.
             const RandomRow row = random_row(dtype, n, -1, 1, uint32_t(300 + n));
             const auto x = random_values(size_t(n), -2, 2, uint32_t(400 + n));
-            std::vector<mk::BlockQ8> xq(size_t(n / 32));
-            mk::quantize_activations_q8(x.data(), n, xq.data());
+            std::vector<typename TestType::Block> xq(size_t(n / 32));
+            TestType::quantize(mk::cpu_isa(), x.data(), n, xq.data());
             // On the quantized activations the kernels are exact up to fp32 rounding ...
-            double on_q8 = 0, on_q8_abs = 0, bound = 0, abs_products = 0;
+            double on_q = 0, on_q_abs = 0, bound = 0, abs_products = 0;
             for (int64_t i = 0; i < n; ++i) {
-                const mk::BlockQ8& blk = xq[size_t(i / 32)];
+                const auto& blk = xq[size_t(i / 32)];
                 const double w = row.values[size_t(i)], xi = double(blk.q[i % 32]) * blk.d;
-                on_q8 += w * xi;
-                on_q8_abs += std::fabs(w * xi);
+                on_q += w * xi;
+                on_q_abs += std::fabs(w * xi);
                 abs_products += std::fabs(w * x[size_t(i)]);
                 bound += std::fabs(w) * blk.d / 2;  // ... and x's rounding moves each product by <= |w| d / 2
             }
             const double reference = dot64(row.values, x.data());
-            const float scalar = mk::dot_row_q8(mk::CpuIsa::Scalar, dtype, row.bytes.data(), xq.data(), n);
+            const float scalar = TestType::dot(mk::CpuIsa::Scalar, dtype, row.bytes.data(), xq.data(), n);
             for (mk::CpuIsa isa : present_isas()) {
                 INFO(mk::dtype_name(dtype) << " n=" << n << " " << mk::cpu_isa_name(isa));
-                const float got = mk::dot_row_q8(isa, dtype, row.bytes.data(), xq.data(), n);
-                CHECK(std::fabs(got - on_q8) <= 1e-5 * on_q8_abs);
-                CHECK(std::fabs(got - scalar) <= 2e-5 * on_q8_abs);
+                const float got = TestType::dot(isa, dtype, row.bytes.data(), xq.data(), n);
+                CHECK(std::fabs(got - on_q) <= 1e-5 * on_q_abs);
+                CHECK(std::fabs(got - scalar) <= 2e-5 * on_q_abs);
                 CHECK(std::fabs(got - reference) <= bound + 1e-5 * abs_products);
-                CHECK(got == mk::dot_row_q8(isa, dtype, row.bytes.data(), xq.data(), n));
+                CHECK(got == TestType::dot(isa, dtype, row.bytes.data(), xq.data(), n));
             }
         }
     }
 }
 
-TEST_CASE("quant: q8 dots' error on zero-mean random data, as logits see it", "[cpu]") {
-    // Measured (2000 rows, 576 and 1536 columns, every q8 format): rms error 5.2e-3 to 5.5e-3 of the
-    // dots' rms, max |error| 4.7e-3 to 6.4e-3 of max |dot|; the spec allows 2e-2 on logits.
+TEMPLATE_TEST_CASE("quant: integer dots' error on zero-mean random data, as logits see it", "[cpu]", Q8Mode, Q16Mode) {
     const int64_t n = 1536, n_rows = 300;
     std::mt19937 rng(41);
     std::normal_distribution<float> normal(0, 1);
     std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(n));
     for (float& v : x) v = normal(rng);
-    std::vector<mk::BlockQ8> xq(size_t(n / 32));
-    mk::quantize_activations_q8(x.data(), n, xq.data());
+    std::vector<typename TestType::Block> xq(size_t(n / 32));
+    TestType::quantize(mk::cpu_isa(), x.data(), n, xq.data());
     for (DType dtype : kAllDTypes) {
-        if (!mk::has_q8_dot(dtype)) continue;
+        if (!TestType::has(dtype)) continue;
         INFO(mk::dtype_name(dtype));
         std::vector<uint8_t> bytes(mk::row_bytes(dtype, n));
         double sum_sq_err = 0, sum_sq_ref = 0, max_err = 0, max_ref = 0;
@@ -432,11 +451,35 @@ TEST_CASE("quant: q8 dots' error on zero-mean random data, as logits see it", "[
             for (float& v : w) v = normal(rng);
             mk::quantize_row(dtype, w.data(), bytes.data(), n);
             const double reference = dot64(dequantize(dtype, bytes, n), x.data());
-            const double err = std::fabs(mk::dot_row_q8(dtype, bytes.data(), xq.data(), n) - reference);
+            const double err = std::fabs(TestType::dot(mk::cpu_isa(), dtype, bytes.data(), xq.data(), n) - reference);
             sum_sq_err += err * err, sum_sq_ref += reference * reference;
             max_err = std::max(max_err, err), max_ref = std::max(max_ref, std::fabs(reference));
         }
-        CHECK(std::sqrt(sum_sq_err / sum_sq_ref) < 8e-3);
-        CHECK(max_err / max_ref < 1e-2);
+        CHECK(std::sqrt(sum_sq_err / sum_sq_ref) < TestType::kRmsLimit);
+        CHECK(max_err / max_ref < TestType::kMaxLimit);
+    }
+}
+
+TEST_CASE("quant: integer dots do not overflow on extreme Q8_0 weights", "[cpu]") {
+    // q = -128 (which mk's quantizer never writes but other files may) against full-scale activations:
+    // q8's maddubs pair sums reach 2 * 128 * 127 = 32512, just inside int16.
+    const int64_t n = 64;
+    std::vector<uint8_t> row(mk::row_bytes(DType::Q8_0, n));
+    for (int b = 0; b < 2; ++b) {
+        row[size_t(34 * b)] = 0x00, row[size_t(34 * b + 1)] = 0x3c;  // d = 1
+        for (int i = 0; i < 32; ++i) row[size_t(34 * b + 2 + i)] = uint8_t(int8_t(b == 0 ? -128 : (i % 2 ? 127 : -128)));
+    }
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = i % 3 ? -1.0f : 1.0f;
+    std::vector<mk::BlockQ8> xq8(2);
+    std::vector<mk::BlockQ16> xq16(2);
+    mk::quantize_activations_q8(x.data(), n, xq8.data());
+    mk::quantize_activations_q16(x.data(), n, xq16.data());
+    const double reference = dot64(dequantize(DType::Q8_0, row, n), x.data());  // x is exact in q8 and q16
+    for (mk::CpuIsa isa : present_isas()) {
+        INFO(mk::cpu_isa_name(isa));
+        CHECK(mk::dot_row_q8(isa, DType::Q8_0, row.data(), xq8.data(), n) == Approx(reference).epsilon(1e-6));
+        CHECK(mk::dot_row_q16(isa, DType::Q8_0, row.data(), xq16.data(), n) == Approx(reference).epsilon(1e-6));
+        CHECK(mk::dot_row(isa, DType::Q8_0, row.data(), x.data(), n) == Approx(reference).epsilon(1e-6));
     }
 }

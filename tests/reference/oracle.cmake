@@ -56,6 +56,10 @@ mk_oracle_test(oracle.smollm2.eiffel SETUP oracle_smollm2 TIMEOUT 300
           --tokens 504,414,46682,18669,436,5371,281,216,33,40,40,41,284,314,3807,281
           --out ${MK_TESTDATA}/oracle_smollm2_eiffel.json)
 
+# The sampling rule (every filter alone and combined) on fixed logits, with its own Philox4x32-10.
+mk_oracle_test(oracle.sampling SETUP oracle_sampling TIMEOUT 120
+  COMMAND ${_ref}/sampling_oracle.py --out ${MK_TESTDATA}/sampling_oracle.json)
+
 # Synthetic models written by `mk synth`, then the oracle on the file: NAME SPEC pairs.
 set(_oracle_synthetic
   tiny-llama-f32          synthetic:tiny-llama:f32

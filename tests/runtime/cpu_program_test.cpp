@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
 #include "runtime/program.hpp"
+#include "runtime/stall_report.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/verify.hpp"
 #include "tests/test_paths.hpp"
@@ -191,6 +193,86 @@ TEST_CASE("a wait the verifier is told to ignore is caught by the race detector 
     // The same schedule with the wait in place runs clean under the detector.
     auto clean = make_cpu_program(model, s, o);
     for (int p = 0; p < 4; ++p) clean->step(p + 1, p, {}, {});
+}
+
+// Sets MK_MEMORY_LIMIT for one scope; unset again however the scope ends.
+struct MemoryLimit {
+    explicit MemoryLimit(const char* value) { setenv("MK_MEMORY_LIMIT", value, 1); }
+    ~MemoryLimit() { unsetenv("MK_MEMORY_LIMIT"); }
+};
+
+std::string program_error(const Model& model, const Schedule& s, uint32_t ctx_len) {
+    ProgramOptions o;
+    o.n_threads = 1;
+    o.ctx_len = ctx_len;
+    try {
+        make_cpu_program(model, s, o);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST_CASE("a context whose KV cache cannot fit is refused before allocating", "[cpu]") {
+    const auto path = test::output_dir() / "memory_limit_model.gguf";
+    write_synthetic_model(parse_synthetic_spec("synthetic:tiny-llama:f32:seed=9"), path);
+    Model model = load_model(path);
+    const Schedule s = compile_schedule(model.config, weight_formats(model), target_custom(4, 232448), Policy::round_robin);
+    const uint32_t ctx = uint32_t(model.config.context_length);
+    const uint64_t kv_bytes = 2ull * 4 * s.dims.n_layers * s.dims.kv_dim() * ctx;
+    {
+        MemoryLimit limit("200K");  // less than the KV cache alone
+        const std::string message = program_error(model, s, ctx);
+        CHECK_THAT(message, Catch::StartsWith(path.string() + ": context " + std::to_string(ctx) + " needs " +
+                                              std::to_string(kv_bytes) + " bytes of KV cache ("));
+        CHECK_THAT(message, Catch::EndsWith("but only 204800 bytes are available (MK_MEMORY_LIMIT); use a smaller context (-c)"));
+    }
+    {
+        MemoryLimit limit("lots");
+        CHECK(program_error(model, s, 16) == "MK_MEMORY_LIMIT=lots: expected a byte count such as 4000000000 or 4G");
+    }
+    {
+        MemoryLimit limit("1G");  // fits: the program runs
+        CHECK(program_error(model, s, 16).empty());
+    }
+    CHECK(program_error(model, s, ctx + 1) ==
+          fmt::format("{}: context {} exceeds the model's {}", path.string(), ctx + 1, ctx));
+}
+
+TEST_CASE("a Program step that cannot progress stops with a stall report naming the wait", "[cpu]") {
+    const auto path = test::output_dir() / "stall_model.gguf";
+    write_synthetic_model(parse_synthetic_spec("synthetic:tiny-llama:f32:seed=11"), path);
+    Model model = load_model(path);
+    Schedule s = compile_schedule(model.config, weight_formats(model), target_custom(4, 232448), Policy::round_robin);
+    // The first within-step wait becomes unmeetable: one more than its counter ever reaches in a step.
+    std::optional<WaitRef> victim;
+    for (uint32_t sm = 0; sm < s.streams.size() && !victim; ++sm)
+        for (uint32_t i = 0; i < s.streams[sm].size() && !victim; ++i)
+            for (uint32_t w = 0; w < s.streams[sm][i].n_waits && !victim; ++w)
+                if (s.streams[sm][i].waits[w].target > 0) victim = WaitRef{sm, i, w};
+    REQUIRE(victim);
+    Wait& wait = s.streams[victim->sm][victim->index].waits[victim->slot];
+    const CounterInfo& counter = s.counters[wait.counter];
+    wait.target = counter.step_total + 1;
+    CHECK(verify(s).count(VerifyCheck::deadlock) > 0);  // the verifier (and so `mk --schedule`) would refuse it
+
+    ProgramOptions o;
+    o.n_threads = 2;
+    o.ctx_len = 16;
+    auto program = make_cpu_program(model, s, o);
+    std::string message;
+    try {
+        program->step(1, 0, {}, {});
+    } catch (const Error& e) {
+        message = e.what();
+    }
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("stall in step 0: "));
+    // sm, instruction index and op, then counter index and name, its value and the target it waits for.
+    CHECK_THAT(message, Catch::Contains(instruction_label(s, victim->sm, victim->index) + ": waits for counter " +
+                                       std::to_string(wait.counter) + " '" + counter.name + "' = "));
+    CHECK_THAT(message, Catch::Contains(fmt::format("to reach {} (step target {}, step_total {})", wait.target,
+                                                    wait.target, counter.step_total)));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// -m MODEL resolution (see model_source.hpp).
-#include "tools/model_source.hpp"
+// Model argument resolution (see model_source.hpp).
+#include "runtime/api/model_source.hpp"
 
 #include <fmt/core.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include "models/model_cache.hpp"
 #include "models/synthetic.hpp"
 
-namespace mk::tools {
+namespace mk {
 
 std::filesystem::path resolve_model_path(const std::string& model_arg) {
     namespace fs = std::filesystem;
@@ -40,4 +40,4 @@ std::filesystem::path resolve_model_path(const std::string& model_arg) {
 
 Model open_model(const std::string& model_arg) { return load_model(resolve_model_path(model_arg)); }
 
-}  // namespace mk::tools
+}  // namespace mk

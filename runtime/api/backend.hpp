@@ -1,0 +1,22 @@
+// From BackendOptions to a running Program: the target, the schedule (compiled, or loaded from a .mks
+// and checked against the model) and the backend. Shared by the API and the CLI.
+#pragma once
+#include <memory>
+
+#include "mk/options.hpp"
+#include "models/model.hpp"
+#include "runtime/program.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+// Target from target / sms+smem_bytes (default: the CPU backend's own target).
+Target resolve_target(const api::BackendOptions& options);
+// The schedule from schedule_file (checked against the model and verified) or compiled for the target.
+Schedule resolve_schedule(const Model& model, const api::BackendOptions& options);
+// Throws when `schedule` was compiled for another model configuration.
+void check_schedule_for(const Model& model, const Schedule& schedule, const std::string& name);
+std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& options);
+std::unique_ptr<Program> make_program(const Model& model, const api::BackendOptions& options);
+
+}  // namespace mk

@@ -1,0 +1,164 @@
+// mk::api::Session (see mk/session.hpp): token feeding and sampling over a Program, and whole
+// generations through the Engine.
+#include "mk/session.hpp"
+
+#include "instructions/sample/sampling.hpp"
+#include "runtime/api/impl.hpp"
+
+namespace mk::api {
+
+SamplingParams to_params(const SamplingOptions& o) {
+    if (o.temperature < 0.0f || o.top_k < 0 || o.top_p < 0.0f || o.top_p > 1.0f || o.min_p < 0.0f || o.min_p > 1.0f ||
+        o.repeat_penalty <= 0.0f || o.repeat_last_n < 0)
+        fail("sampling options out of range: temperature {} top_k {} top_p {} min_p {} repeat_penalty {} repeat_last_n {}",
+             o.temperature, o.top_k, o.top_p, o.min_p, o.repeat_penalty, o.repeat_last_n);
+    SamplingParams p;
+    p.temperature = o.temperature;
+    p.top_k = o.top_k;
+    p.top_p = o.top_p;
+    p.min_p = o.min_p;
+    p.repeat_penalty = o.repeat_penalty;
+    p.repeat_last_n = o.repeat_last_n;
+    p.seed = o.seed;
+    return p;
+}
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+int32_t Session::feed(std::span<const int32_t> tokens, const SamplingOptions& sampling) {
+    return guard("feed", [&] {
+        const SamplingParams params = to_params(sampling);
+        const mk::Model& model = impl_->model->model;
+        Program& program = impl_->engine.program();
+        if (tokens.empty()) fail("nothing to feed");
+        for (int32_t id : tokens)
+            if (id < 0 || id >= model.config.vocab_size)
+                fail("token id {} is outside the vocabulary ({})", id, model.config.vocab_size);
+        if (impl_->tokens.size() + tokens.size() > program.ctx_len())
+            fail("{} tokens after {} do not fit the context of {}", tokens.size(), impl_->tokens.size(),
+                 program.ctx_len());
+        int32_t next = -1;
+        for (int32_t id : tokens) {
+            impl_->tokens.push_back(id);
+            try {
+                next = program.step(id, int32_t(impl_->tokens.size() - 1), params, impl_->tokens);
+            } catch (...) {
+                impl_->tokens.pop_back();
+                throw;
+            }
+        }
+        return next;
+    });
+}
+
+int32_t Session::feed_text(std::string_view text, const SamplingOptions& sampling) {
+    const mk::Tokenizer& tok = impl_->model->model.tokenizer;
+    std::vector<int32_t> ids = guard("tokenize", [&] { return tok.encode(text, true); });
+    // BOS belongs at position 0 only.
+    if (!impl_->tokens.empty() && !ids.empty() && ids.front() == tok.data().bos_id) ids.erase(ids.begin());
+    return feed(ids, sampling);
+}
+
+std::span<const float> Session::logits() const {
+    if (impl_->tokens.empty()) throw Error("logits: nothing has been fed yet");
+    return impl_->engine.program().logits();
+}
+
+int32_t Session::sample(const SamplingOptions& sampling) const {
+    return guard("sample", [&] {
+        const std::span<const float> z = logits();
+        // The backend's sampler keys the draw by the position of the token just run.
+        return sample_token(z.data(), uint32_t(z.size()), to_params(sampling), impl_->tokens.data(),
+                            int32_t(impl_->tokens.size()), int32_t(impl_->tokens.size()) - 1);
+    });
+}
+
+int32_t Session::position() const { return int32_t(impl_->tokens.size()); }
+const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
+uint32_t Session::context_length() const { return impl_->engine.program().ctx_len(); }
+
+void Session::reset() {
+    impl_->engine.program().reset();
+    impl_->tokens.clear();
+}
+
+GenerateResult Session::generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text) {
+    std::string text(prompt);
+    if (options.chat) {
+        std::vector<ChatMessage> messages;
+        if (!options.system.empty()) messages.push_back({"system", options.system});
+        messages.push_back({"user", text});
+        text = render_chat(impl_->model->model, messages, true);
+    } else if (!options.system.empty()) {
+        throw Error("generate: a system message needs chat = true");
+    }
+    const std::vector<int32_t> ids = guard("tokenize", [&] { return impl_->model->model.tokenizer.encode(text, true); });
+    return generate(std::span<const int32_t>(ids), options, on_text);
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                 const TextCallback& on_text) {
+    std::exception_ptr callback_error;  // the host's own exception: rethrown unchanged, outside the guard
+    GenerateResult result = guard("generate", [&] {
+        if (options.max_tokens < 0) fail("max_tokens is {}; it must be >= 0", options.max_tokens);
+        mk::GenerateOptions go;
+        go.n_predict = options.max_tokens;
+        go.sampling = to_params(options.sampling);
+        go.stop_at_eog = options.stop_at_end;
+        go.cancel = &impl_->cancel;
+        impl_->cancel.store(false);
+        impl_->tokens.clear();
+
+        GenerateResult r;
+        bool listening = true;  // false once the host said stop (or threw): it hears nothing more
+        auto forward = [&](std::string_view piece) {
+            if (!listening) return false;
+            r.text += piece;
+            try {
+                listening = !on_text || on_text(piece);
+            } catch (...) {
+                callback_error = std::current_exception();
+                listening = false;
+            }
+            return listening;
+        };
+        GenerateStats stats;
+        try {
+            stats = impl_->engine.generate(prompt, go, forward);
+        } catch (...) {
+            impl_->engine.program().reset();  // the sequence is unknown after a failed step
+            throw;
+        }
+        // The cache holds the prompt and every generated token that was run (all but the last).
+        const size_t n_past = size_t(stats.n_past);
+        impl_->tokens.assign(prompt.begin(), prompt.begin() + std::min(prompt.size(), n_past));
+        for (size_t i = 0; impl_->tokens.size() < n_past; ++i) impl_->tokens.push_back(stats.tokens[i]);
+
+        r.tokens = std::move(stats.tokens);
+        r.n_prompt = stats.n_prompt;
+        r.n_eval_steps = stats.n_eval_steps;
+        r.prompt_ms = stats.prompt_ms;
+        r.eval_ms = stats.eval_ms;
+        r.stopped_at_end = stats.stopped_at_eog;
+        r.cancelled = stats.cancelled;
+        return r;
+    });
+    if (callback_error) std::rethrow_exception(callback_error);
+    return result;
+}
+
+void Session::cancel() { impl_->cancel.store(true); }
+
+std::string Session::backend() const { return impl_->engine.program().backend_name(); }
+uint32_t Session::n_threads() const { return impl_->engine.program().n_threads(); }
+
+Schedule Session::schedule() const {
+    auto impl = std::make_shared<Schedule::Impl>();
+    impl->schedule = impl_->engine.program().schedule();
+    return Schedule(std::move(impl));
+}
+
+}  // namespace mk::api

@@ -1,0 +1,44 @@
+// The plain option structs of the mk API: how to run (backend, target, threads, context), how to
+// sample, and how to generate. Defaults are the `mk generate` defaults.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mk::api {
+
+// Where and how a session runs. The schedule is compiled for `target` (or --sms/--smem) unless
+// `schedule_file` names a .mks file, which is checked against the model and verified.
+struct BackendOptions {
+    std::string backend = "auto";         // cpu | cuda | auto (today auto is cpu)
+    std::string target;                   // h200 | cpu; "" the CPU backend's own
+    uint32_t sms = 0;                     // a custom target: SMs (with smem_bytes)
+    uint64_t smem_bytes = 0;              // a custom target: shared memory per SM
+    std::string policy = "critical-path"; // critical-path | round-robin
+    std::string schedule_file;            // a .mks from `mk schedule` or Schedule::save
+    uint32_t threads = 0;                 // CPU worker threads; 0 one per core
+    uint32_t ctx_len = 0;                 // KV-cache positions; 0 min(model context, 4096)
+    bool check_pages = false;             // CPU: stage weights through per-SM pages, check the accounting
+    bool detect_races = false;            // CPU: vector-clock race detector (slow)
+};
+
+// The sampling rule: repetition penalty, temperature, top-k, softmax, min-p, top-p, then an
+// inverse-CDF draw keyed by (seed, position), so a seed gives the same text on every backend.
+struct SamplingOptions {
+    float temperature = 0.0f;     // 0 greedy
+    int32_t top_k = 0;            // 0 off
+    float top_p = 1.0f;           // 1 off
+    float min_p = 0.0f;           // 0 off
+    float repeat_penalty = 1.0f;  // 1 off
+    int32_t repeat_last_n = 64;   // how many recent tokens the penalty sees
+    uint64_t seed = 0;
+};
+
+struct GenerateOptions {
+    int32_t max_tokens = 128;  // tokens to generate at most
+    SamplingOptions sampling;
+    bool stop_at_end = true;   // stop at the model's end-of-generation tokens
+    bool chat = false;         // wrap the prompt as one user message in the model's chat template
+    std::string system;        // chat: the system message ("" the template's own default)
+};
+
+}  // namespace mk::api

@@ -1,0 +1,78 @@
+// mk::api::Session: one sequence on one backend, with its own KV cache. Feed tokens, read logits,
+// sample, or run a whole streamed generation with back-pressure and cancellation.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mk/options.hpp"
+#include "mk/schedule.hpp"
+
+namespace mk::api {
+
+struct GenerateResult {
+    std::string text;             // everything passed to the callback
+    std::vector<int32_t> tokens;  // the generated ids
+    int32_t n_prompt = 0;         // prompt tokens (after the chat template)
+    int32_t n_eval_steps = 0;     // decode steps after the prompt
+    double prompt_ms = 0.0, eval_ms = 0.0;
+    bool stopped_at_end = false;  // an end-of-generation token
+    bool cancelled = false;       // cancel() was called
+    double prompt_tokens_per_s() const { return prompt_ms > 0 ? 1000.0 * n_prompt / prompt_ms : 0.0; }
+    double eval_tokens_per_s() const { return eval_ms > 0 ? 1000.0 * n_eval_steps / eval_ms : 0.0; }
+};
+
+// Receives complete UTF-8 text as it is generated; return false to stop the generation there.
+using TextCallback = std::function<bool(std::string_view piece)>;
+
+// Thread safety: a Session is used by one thread at a time, except cancel(), which any thread may call.
+// Separate CPU sessions (of one Model or of several) run on separate threads safely and give the same
+// results as one after the other. Sessions on one GPU will be serialized (the CUDA backend is future work).
+class Session {
+public:
+    Session(Session&&) noexcept;
+    Session& operator=(Session&&) noexcept;
+    ~Session();
+
+    // Runs `tokens` at the next positions and returns the token sampled after the last one.
+    int32_t feed(std::span<const int32_t> tokens, const SamplingOptions& sampling = {});
+    int32_t step(int32_t token, const SamplingOptions& sampling = {}) { return feed({&token, 1}, sampling); }
+    // Tokenizes `text` (BOS only at position 0) and feeds it.
+    int32_t feed_text(std::string_view text, const SamplingOptions& sampling = {});
+
+    // The logits after the last token fed: (vocab) fp32, valid until the next feed or generate.
+    std::span<const float> logits() const;
+    // Samples from logits() by the same rule and (seed, position) key as the backend's own sampler.
+    int32_t sample(const SamplingOptions& sampling) const;
+
+    int32_t position() const;                   // tokens in the KV cache
+    const std::vector<int32_t>& tokens() const; // those tokens
+    uint32_t context_length() const;
+    void reset();                               // forget the sequence
+
+    // A whole generation from a fresh sequence: the prompt (wrapped in the chat template when
+    // options.chat), then up to max_tokens tokens, each piece of text passed to on_text as it completes.
+    // Afterwards the session holds the prompt and the generated tokens it ran.
+    GenerateResult generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text = {});
+    GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                            const TextCallback& on_text = {});
+    // Stops the generate() in progress after its current step; safe from any thread (a signal handler
+    // should set its own flag instead). Each generate() starts uncancelled.
+    void cancel();
+
+    std::string backend() const;  // "cpu"
+    uint32_t n_threads() const;
+    Schedule schedule() const;
+
+    struct Impl;
+    explicit Session(std::unique_ptr<Impl> impl);
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mk::api

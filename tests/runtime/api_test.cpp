@@ -1,0 +1,208 @@
+// The public C++ API (runtime/include/mk) end to end: greedy generation against the float64 oracle,
+// seeded sampling, chat, token feeding vs generate, streaming back-pressure, cancel, schedules,
+// errors at the boundary, and two sessions on two threads against a single-threaded run.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "mk/mk.hpp"
+#include "models/synthetic.hpp"
+#include "tests/test_paths.hpp"
+
+namespace {
+
+using namespace mk::api;
+
+// A tiny synthetic Llama in this run's output directory (written once; rename keeps it atomic
+// when several test processes race to write it).
+std::string tiny_model_path() {
+    namespace fs = std::filesystem;
+    const fs::path path = mk::test::output_dir() / "api_tiny_llama_f32.gguf";
+    if (!fs::exists(path)) {
+        const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
+        mk::write_synthetic_model(mk::parse_synthetic_spec("synthetic:tiny-llama:f32"), tmp);
+        fs::rename(tmp, path);
+    }
+    return path.string();
+}
+
+GenerateOptions greedy(int32_t n) {
+    GenerateOptions o;
+    o.max_tokens = n;
+    o.stop_at_end = false;
+    return o;
+}
+
+GenerateOptions seeded(int32_t n, uint64_t seed) {
+    GenerateOptions o = greedy(n);
+    o.sampling.temperature = 0.8f;
+    o.sampling.seed = seed;
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("API: greedy generation equals the oracle's continuation on SmolLM2", "[cpu][model][oracle]") {
+    std::ifstream in(mk::test::output_dir() / "oracle_smollm2_france.json");
+    REQUIRE(in.good());
+    const nlohmann::json oracle = nlohmann::json::parse(in);
+    const auto prompt = oracle.at("tokens").get<std::vector<int32_t>>();
+    const auto expected = oracle.at("generated").get<std::vector<int32_t>>();
+    REQUIRE(expected.size() == 32);
+
+    Model model = Model::load(mk::test::default_model_path().string());
+    Session session = model.new_session();
+    GenerateResult r = session.generate(std::span<const int32_t>(prompt), greedy(32));
+    CHECK(r.tokens == expected);
+    CHECK(r.n_prompt == int32_t(prompt.size()));
+    CHECK(session.position() == int32_t(prompt.size()) + 31);  // the last token is sampled, never run
+    CHECK(r.text == model.detokenize(expected));
+}
+
+TEST_CASE("API: a seed gives the same text, another seed another text", "[cpu][model]") {
+    Model model = Model::load(mk::test::default_model_path().string());
+    Session session = model.new_session();
+    const std::string a = session.generate("Once upon a time", seeded(32, 7)).text;
+    const std::string b = session.generate("Once upon a time", seeded(32, 7)).text;
+    const std::string c = session.generate("Once upon a time", seeded(32, 8)).text;
+    CHECK(!a.empty());
+    CHECK(a == b);
+    CHECK(a != c);
+}
+
+TEST_CASE("API: chat mode answers the capital of France with Paris", "[cpu][model]") {
+    Model model = Model::load(mk::test::default_model_path().string());
+    REQUIRE(model.info().has_chat_template);
+    Session session = model.new_session();
+    GenerateOptions o;
+    o.max_tokens = 32;
+    o.chat = true;
+    std::string streamed;
+    GenerateResult r = session.generate("What is the capital of France?", o, [&](std::string_view piece) {
+        streamed += piece;
+        return true;
+    });
+    INFO(r.text);
+    CHECK(r.text.find("Paris") != std::string::npos);
+    CHECK(streamed == r.text);
+}
+
+TEST_CASE("API: feeding tokens and sampling equals generate", "[cpu]") {
+    Model model = Model::load(tiny_model_path());
+    Session session = model.new_session();
+    const std::vector<int32_t> prompt = model.tokenize("hello world, hello");
+    const GenerateOptions o = seeded(12, 42);
+    const GenerateResult r = session.generate(std::span<const int32_t>(prompt), o);
+    REQUIRE(r.tokens.size() == 12);
+
+    session.reset();
+    CHECK(session.position() == 0);
+    int32_t next = session.feed(prompt, o.sampling);
+    CHECK(session.sample(o.sampling) == next);  // the host re-sample uses the backend's rule and key
+    std::vector<int32_t> tokens{next};
+    while (tokens.size() < 12) tokens.push_back(next = session.step(next, o.sampling));
+    CHECK(tokens == r.tokens);
+    CHECK(session.position() == int32_t(prompt.size()) + 11);
+    CHECK(session.logits().size() == size_t(model.info().vocab_size));
+}
+
+TEST_CASE("API: streaming back-pressure, callback exceptions and cancel", "[cpu]") {
+    Model model = Model::load(tiny_model_path());
+    Session session = model.new_session();
+    int pieces = 0;
+    GenerateResult r = session.generate("abc", greedy(40), [&](std::string_view) { return ++pieces < 3; });
+    CHECK(pieces == 3);
+    CHECK(r.tokens.size() <= 4);  // stopped right after the third piece
+
+    struct HostError {};
+    CHECK_THROWS_AS(session.generate("abc", greedy(8), [](std::string_view) -> bool { throw HostError{}; }), HostError);
+
+    r = session.generate("abc", greedy(40), [&](std::string_view) {
+        session.cancel();  // as another thread would: stops after the current step
+        return true;
+    });
+    CHECK(r.cancelled);
+    CHECK(r.tokens.size() < 40);
+    CHECK(session.generate("abc", greedy(5)).tokens.size() == 5);  // each generate starts uncancelled
+}
+
+TEST_CASE("API: schedules compile, save, load, inspect and run", "[cpu]") {
+    Model model = Model::load(tiny_model_path());
+    BackendOptions options;
+    options.sms = 3;
+    options.smem_bytes = 64 * 1024;
+    Schedule s = model.compile(options);
+    CHECK(s.info().n_sms == 3);
+    CHECK(s.info().n_instructions > 0);
+    CHECK(s.simulate().step_us > 0);
+    CHECK(s.verify_summary().rfind("ok", 0) == 0);
+    CHECK(nlohmann::json::parse(s.to_json()).is_object());
+
+    const std::string path = (mk::test::output_dir() / ("api_schedule_" + std::to_string(::getpid()) + ".mks")).string();
+    s.save(path);
+    Schedule loaded = Schedule::load(path);
+    std::filesystem::remove(path);
+    CHECK(loaded.info().n_instructions == s.info().n_instructions);
+
+    Session a = model.new_session(loaded);
+    Session b = model.new_session();  // the CPU target's own schedule
+    CHECK(a.schedule().info().n_sms == 3);
+    CHECK(a.generate("abc", seeded(10, 3)).tokens == b.generate("abc", seeded(10, 3)).tokens);
+}
+
+TEST_CASE("API: bad input throws mk::Error", "[cpu]") {
+    CHECK_THROWS_AS(Model::load("/nonexistent/model.gguf"), mk::Error);
+    CHECK_THROWS_AS(Model::load("synthetic:no-such-shape:f32"), mk::Error);
+    CHECK_THROWS_AS(Schedule::load("/nonexistent/x.mks"), mk::Error);
+    Model model = Model::load(tiny_model_path());
+    BackendOptions small;
+    small.ctx_len = 8;
+    Session session = model.new_session(small);
+    CHECK_THROWS_AS(session.logits(), mk::Error);
+    const int32_t bad_id = int32_t(model.info().vocab_size);
+    CHECK_THROWS_AS(session.step(bad_id), mk::Error);
+    CHECK_THROWS_AS(session.feed(std::vector<int32_t>(9, 1)), mk::Error);
+    CHECK_THROWS_AS(session.generate(std::vector<int32_t>(8, 1), greedy(4)), mk::Error);
+    SamplingOptions bad;
+    bad.top_p = 2.0f;
+    CHECK_THROWS_AS(session.step(1, bad), mk::Error);
+    CHECK(session.position() == 0);  // nothing ran
+    BackendOptions cuda;
+    cuda.backend = "cuda";
+    CHECK_THROWS_AS(model.new_session(cuda), mk::Error);
+    BackendOptions bad_target;
+    bad_target.target = "tpu";
+    CHECK_THROWS_AS(model.new_session(bad_target), mk::Error);
+}
+
+TEST_CASE("API: two CPU sessions on two threads match a single-threaded run", "[cpu]") {
+    Model model = Model::load(tiny_model_path());
+    const std::vector<std::pair<std::string, GenerateOptions>> jobs = {{"hello", seeded(24, 1)},
+                                                                       {"the quick brown fox", greedy(24)}};
+    std::vector<std::vector<int32_t>> serial, parallel(jobs.size());
+    std::vector<std::string> errors(jobs.size());
+    {
+        Session s = model.new_session();
+        for (const auto& [prompt, o] : jobs) serial.push_back(s.generate(prompt, o).tokens);
+    }
+    for (int round = 0; round < 3; ++round) {
+        std::vector<std::thread> threads;
+        for (size_t i = 0; i < jobs.size(); ++i)
+            threads.emplace_back([&, i] {
+                try {
+                    Session s = model.new_session();  // its own KV cache and workers
+                    parallel[i] = s.generate(jobs[i].first, jobs[i].second).tokens;
+                } catch (const mk::Error& e) {
+                    errors[i] = e.what();
+                }
+            });
+        for (std::thread& t : threads) t.join();
+        CHECK(errors == std::vector<std::string>(jobs.size()));
+        CHECK(parallel == serial);
+    }
+}

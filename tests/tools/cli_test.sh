@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The mk CLI at its boundary: bad input gives one clear error line and a non-zero exit, never a crash;
+# `mk bench -o json` is valid JSON with tokens/s for pp and tg. Usage: cli_test.sh MK CASE
+# (exit 77: skipped, the default model is not fetched).
+set -uo pipefail
+mk=$1
+case_name=$2
+model=${MK_CACHE:-$HOME/.cache/mk}/SmolLM2-135M-Instruct.Q4_1.gguf
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+
+fail() { echo "cli_test $case_name: $*"; echo "-- stdout:"; cat "$out"; echo "-- stderr:"; cat "$err"; exit 1; }
+need_model() { [[ -f $model ]] || { echo "skipped: $model is missing (tools/setup.sh)"; exit 77; }; }
+# Runs mk, expects exit code $1 and exactly one stderr line matching $2.
+expect_error() {
+  local want_rc=$1 pattern=$2
+  shift 2
+  "$mk" "$@" >"$out" 2>"$err"
+  local rc=$?
+  [[ $rc == "$want_rc" ]] || fail "exit code $rc, want $want_rc"
+  [[ $(wc -l <"$err") == 1 ]] || fail "want exactly one line on stderr"
+  grep -Eq "$pattern" "$err" || fail "stderr does not match /$pattern/"
+  echo "ok: $(cat "$err")"
+}
+
+case $case_name in
+  bad_flag)
+    # CLI11's own usage error (exit 109) plus its "Run with --help" hint.
+    "$mk" generate --no-such-flag -p hi >"$out" 2>"$err"
+    rc=$?
+    [[ $rc != 0 ]] || fail "exit code 0"
+    grep -q -- "--no-such-flag" "$err" || fail "the error does not name the flag"
+    grep -q "internal error" "$err" && fail "an internal error"
+    expect_error 2 '^mk: error: .*--sms and --smem go together' generate -p hi --sms 4
+    ;;
+  missing_model)
+    expect_error 2 '^mk: error: /nonexistent/model\.gguf: no such model file' generate -m /nonexistent/model.gguf -p hi
+    ;;
+  long_prompt)
+    need_model
+    expect_error 2 '^mk: error: the prompt has [0-9]+ tokens but the context holds 8' \
+      generate -m "$model" -c 8 -n 4 -p "The capital of France is a city with a very long history indeed"
+    [[ ! -s $out ]] || fail "printed text before failing"
+    ;;
+  bench_json)
+    need_model
+    "$mk" bench -m "$model" -p 8 -n 4 -r 2 -o json >"$out" 2>"$err" || fail "mk bench failed"
+    python3 - "$out" <<'PY' || fail "bad JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+tests = {r["test"]: r for r in rows}
+assert set(tests) == {"pp8", "tg4"}, tests.keys()
+for r in rows:
+    assert r["tokens_per_s"] > 0 and len(r["samples"]) == 2, r
+print("ok:", ", ".join(f'{r["test"]} {r["tokens_per_s"]:.1f} t/s' for r in rows))
+PY
+    ;;
+  *)
+    echo "cli_test: unknown case $case_name" >&2
+    exit 2
+    ;;
+esac

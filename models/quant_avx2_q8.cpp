@@ -13,7 +13,7 @@ namespace {
 
 using namespace avx2;
 
-// Same arithmetic as the scalar quantizer (quant_q8.cpp): amax exact, one division, products
+// Same arithmetic as the scalar quantizer (quant_int_scalar.hpp): amax exact, one division, products
 // rounded to nearest even by cvtps (the default mode, as nearbyint), so the blocks are identical.
 MK_AVX2 void quantize_q8(const float* x, int64_t n, BlockQ8* out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);

@@ -4,67 +4,12 @@
 #include <cmath>
 
 #include "models/quant_formats.hpp"
+#include "models/quant_int_scalar.hpp"
 #include "models/quant_kernels.hpp"
 
 namespace mk::quant {
 
 namespace {
-
-// The AVX2 quantizer computes the same products and rounds them the same way (to nearest even, the
-// default mode), so both give identical blocks.
-void quantize_q8(const float* x, int64_t n, BlockQ8* out) {
-    for (int64_t b = 0; b < n / kQ8BlockValues; ++b) {
-        const float* xb = x + b * kQ8BlockValues;
-        float amax = 0;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-        const float id = amax > 0 ? 127 / amax : 0;
-        int sum = 0;
-        for (int i = 0; i < 32; ++i) {
-            const int q = int(std::nearbyint(xb[i] * id));
-            out[b].q[i] = int8_t(q);
-            sum += q;
-        }
-        out[b].d = amax / 127;
-        out[b].sum = out[b].d * float(sum);
-    }
-}
-
-float dot_q8_0(const uint8_t* row, const BlockQ8* xq, int64_t n) {
-    float acc = 0;
-    for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* w = row + b * Q8_0::kBytes;
-        int sumi = 0;
-        for (int i = 0; i < 32; ++i) sumi += int(int8_t(w[2 + i])) * xq[b].q[i];
-        acc += load_f16(w) * xq[b].d * float(sumi);
-    }
-    return acc;
-}
-
-float dot_q4_0(const uint8_t* row, const BlockQ8* xq, int64_t n) {
-    float acc = 0;
-    for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* w = row + b * Q4_0::kBytes;
-        const int8_t* q = xq[b].q;
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) sumi += ((w[2 + j] & 0xf) - 8) * q[j] + ((w[2 + j] >> 4) - 8) * q[j + 16];
-        acc += load_f16(w) * xq[b].d * float(sumi);
-    }
-    return acc;
-}
-
-// Q4_1 value = q * d + m, so the dot is d * dx * sum(q * qx) + m * (dx * sum(qx)), the last factor
-// being the block's precomputed `sum`.
-float dot_q4_1(const uint8_t* row, const BlockQ8* xq, int64_t n) {
-    float acc = 0;
-    for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* w = row + b * Q4_1::kBytes;
-        const int8_t* q = xq[b].q;
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) sumi += (w[4 + j] & 0xf) * q[j] + (w[4 + j] >> 4) * q[j + 16];
-        acc += load_f16(w) * xq[b].d * float(sumi) + load_f16(w + 2) * xq[b].sum;
-    }
-    return acc;
-}
 
 // Q4_K sub-block j lines up with activation block 8 * super-block + j.
 float dot_q4_k(const uint8_t* row, const BlockQ8* xq, int64_t n) {
@@ -113,10 +58,10 @@ float dot_q6_k(const uint8_t* row, const BlockQ8* xq, int64_t n) {
 }  // namespace
 
 void add_scalar_q8(CpuKernels& k) {
-    k.quantize_q8 = quantize_q8;
-    k.dot_q8[slot(DType::Q8_0)] = dot_q8_0;
-    k.dot_q8[slot(DType::Q4_0)] = dot_q4_0;
-    k.dot_q8[slot(DType::Q4_1)] = dot_q4_1;
+    k.quantize_q8 = int_scalar::quantize<BlockQ8, 127>;
+    k.dot_q8[slot(DType::Q8_0)] = int_scalar::dot_q8_0<BlockQ8>;
+    k.dot_q8[slot(DType::Q4_0)] = int_scalar::dot_q4_0<BlockQ8>;
+    k.dot_q8[slot(DType::Q4_1)] = int_scalar::dot_q4_1<BlockQ8>;
     k.dot_q8[slot(DType::Q4_K)] = dot_q4_k;
     k.dot_q8[slot(DType::Q6_K)] = dot_q6_k;
 }

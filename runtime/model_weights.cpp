@@ -31,16 +31,7 @@ ModelWeights bind_weights(const Model& model, const Schedule& schedule) {
 
     ModelWeights out;
     out.refs.resize(formats.size());
-    std::vector<const TensorView*> views(formats.size(), nullptr);
-    views[global_weight_id(GlobalWeight::token_embedding)] = &model.token_embedding;
-    views[global_weight_id(GlobalWeight::output_norm)] = &model.output_norm;
-    views[global_weight_id(GlobalWeight::lm_head)] = &model.lm_head;
-    for (uint32_t L = 0; L < model.layers.size(); ++L) {
-        const LayerWeights& w = model.layers[L];
-        const TensorView* fields[] = {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk,
-                                      &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down};
-        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k) views[layer_weight_id(L, LayerWeight(k))] = fields[k];
-    }
+    const std::vector<const TensorView*> views = weight_views(model);
     for (size_t id = 0; id < formats.size(); ++id) {
         const WeightFormat& want = schedule.weights[id];
         const WeightFormat& have = formats[id];

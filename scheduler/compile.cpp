@@ -35,19 +35,25 @@ WeightFormat format_of(const TensorView& t) {
 }
 }  // namespace
 
-std::vector<WeightFormat> weight_formats(const Model& model) {
+std::vector<const TensorView*> weight_views(const Model& model) {
     const uint32_t n_layers = uint32_t(model.config.n_layers);
-    std::vector<WeightFormat> out(n_weight_ids(n_layers));
-    out[global_weight_id(GlobalWeight::token_embedding)] = format_of(model.token_embedding);
-    out[global_weight_id(GlobalWeight::output_norm)] = format_of(model.output_norm);
-    out[global_weight_id(GlobalWeight::lm_head)] = format_of(model.lm_head);
+    std::vector<const TensorView*> out(n_weight_ids(n_layers), nullptr);
+    out[global_weight_id(GlobalWeight::token_embedding)] = &model.token_embedding;
+    out[global_weight_id(GlobalWeight::output_norm)] = &model.output_norm;
+    out[global_weight_id(GlobalWeight::lm_head)] = &model.lm_head;
     for (uint32_t L = 0; L < n_layers; ++L) {
         const LayerWeights& w = model.layers[L];
         const TensorView* fields[] = {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk,
                                       &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down};
         static_assert(sizeof(fields) / sizeof(fields[0]) == size_t(LayerWeight::count));
-        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k) out[layer_weight_id(L, LayerWeight(k))] = format_of(*fields[k]);
+        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k) out[layer_weight_id(L, LayerWeight(k))] = fields[k];
     }
+    return out;
+}
+
+std::vector<WeightFormat> weight_formats(const Model& model) {
+    std::vector<WeightFormat> out;
+    for (const TensorView* view : weight_views(model)) out.push_back(format_of(*view));
     return out;
 }
 

@@ -9,6 +9,8 @@
 namespace mk {
 
 ModelDims model_dims(const ModelConfig& config);
+// The model's tensor behind each weight id (absent optional weights are views with data == nullptr).
+std::vector<const TensorView*> weight_views(const Model& model);
 // Weight formats by weight id (absent optional weights have rows == 0).
 std::vector<WeightFormat> weight_formats(const Model& model);
 

@@ -6,8 +6,11 @@ include(CMakePackageConfigHelpers)
 set(MK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mk)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/mk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # mk::mk is the API; the layer libraries come along because static archives need their dependencies.
-install(TARGETS mk_api mk_runtime mk_scheduler mk_instructions mk_models mk_flags mk_pcre2
-        EXPORT mkTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+set(mk_installed_libraries mk_api mk_runtime mk_scheduler mk_instructions mk_models mk_flags mk_pcre2)
+if(MK_HAVE_CUDA)
+  list(APPEND mk_installed_libraries mk_cuda)  # the CUDA backends; consumers need the CUDA toolkit's cudart_static
+endif()
+install(TARGETS ${mk_installed_libraries} EXPORT mkTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS mk RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT mkTargets NAMESPACE mk:: DESTINATION ${MK_INSTALL_CMAKEDIR})
 

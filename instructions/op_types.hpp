@@ -20,9 +20,9 @@ struct ModelDims {
     uint32_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0, vocab = 0;
     float norm_eps = 1e-5f;
     uint32_t qkv_bias = 0, qk_norm = 0;  // Qwen2 biases, Qwen3 per-head norms
-    uint32_t q_dim() const { return n_heads * head_dim; }
-    uint32_t kv_dim() const { return n_kv_heads * head_dim; }
-    uint32_t group_size() const { return n_heads / n_kv_heads; }
+    MK_HOST_DEVICE uint32_t q_dim() const { return n_heads * head_dim; }
+    MK_HOST_DEVICE uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+    MK_HOST_DEVICE uint32_t group_size() const { return n_heads / n_kv_heads; }
 };
 
 // Weight ids: three global tensors, then a fixed set per layer.

@@ -2,6 +2,7 @@
 #include "runtime/model_weights.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "models/error.hpp"
 #include "models/quant.hpp"
@@ -43,6 +44,15 @@ ModelWeights bind_weights(const Model& model, const Schedule& schedule) {
         const TensorView& t = *views[id];
         WeightRef& ref = out.refs[id];
         ref = {t.data, t.dtype, have.rows, have.cols, have.row_bytes};
+        if (want.row_bytes != have.row_bytes && have.rows > 1) {
+            if (want.row_bytes < have.row_bytes)
+                fail("{}: weight {} ({}): the schedule's rows are {} bytes, narrower than the model's {}", source, id,
+                     views[id]->name, want.row_bytes, have.row_bytes);
+            auto& copy = out.padded.emplace_back(uint64_t(have.rows) * want.row_bytes, uint8_t(0));
+            for (uint64_t r = 0; r < have.rows; ++r)
+                std::memcpy(copy.data() + r * want.row_bytes, t.data + r * have.row_bytes, have.row_bytes);
+            ref = {copy.data(), t.dtype, have.rows, have.cols, want.row_bytes};
+        }
         // Vectors (norms, biases) are read as fp32 by every op: convert the rare non-F32 ones once.
         if (have.rows == 1 && t.dtype != DType::F32) {
             auto& copy = out.converted.emplace_back(have.cols);

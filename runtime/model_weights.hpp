@@ -13,10 +13,12 @@ struct ModelWeights {
     std::vector<WeightRef> refs;                // by weight id
     std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
     std::vector<std::vector<float>> converted;  // F32 copies of small non-F32 vectors (norms, biases)
+    std::vector<std::vector<uint8_t>> padded;   // copies with the schedule's wider row stride (repacked layout)
 };
 
 // Throws mk::Error when the schedule does not fit the model: config hash, or any weight's
-// dtype/shape differing from what the schedule was compiled for.
+// dtype/shape differing from what the schedule was compiled for. A schedule whose row stride is wider
+// than the model's (padded_row_formats) gets padded copies of those weights.
 ModelWeights bind_weights(const Model& model, const Schedule& schedule);
 
 // Angular frequency of each rotary pair: base^(-2i/head_dim) / factor_i.

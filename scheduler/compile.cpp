@@ -57,6 +57,12 @@ std::vector<WeightFormat> weight_formats(const Model& model) {
     return out;
 }
 
+std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, uint32_t align) {
+    for (WeightFormat& f : formats)
+        if (f.rows > 1) f.row_bytes = (f.row_bytes + align - 1) / align * align;
+    return formats;
+}
+
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
                           Policy policy) {
     Graph graph = build_decode_graph(model_dims(config), weights, target);

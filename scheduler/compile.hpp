@@ -14,6 +14,11 @@ std::vector<const TensorView*> weight_views(const Model& model);
 // Weight formats by weight id (absent optional weights have rows == 0).
 std::vector<WeightFormat> weight_formats(const Model& model);
 
+// The repacked layout the CUDA backend streams with bulk copies: every matrix row stride rounded up to
+// `align` bytes (GGUF's 20- and 34-byte blocks leave rows unaligned). Vectors (one row) are unchanged.
+// bind_weights makes the padded copies, so the CPU backend runs the same layout in tests.
+std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, uint32_t align);
+
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
                           Policy policy);
 

@@ -26,6 +26,16 @@ Target target_h200() {
     return t;
 }
 
+Target target_device(uint32_t n_sms, uint64_t smem_bytes) {
+    Target t = target_h200();
+    t.name = "device";
+    t.n_sms = n_sms;
+    t.smem_bytes = smem_bytes;
+    t.n_pages = pages_for(smem_bytes, t.page_bytes);
+    if (t.n_pages == 0) fail("the device's {} bytes of shared memory per SM hold no {}-byte page", smem_bytes, t.page_bytes);
+    return t;
+}
+
 Target target_cpu() {
     Target t;
     t.name = "cpu";

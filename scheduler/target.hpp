@@ -20,6 +20,8 @@ struct Target {
 
 // The lent H200: 132 SMs, 227 KiB opt-in shared memory, ~4.3 TB/s measured copy bandwidth.
 Target target_h200();
+// A CUDA device's own target: the H200's cost constants with the device's SM count and opt-in shared memory.
+Target target_device(uint32_t n_sms, uint64_t smem_bytes);
 // The CPU backend's own target: a few virtual SMs with large pages.
 Target target_cpu();
 // --sms N --smem BYTES: pages of the default size; throws mk::Error if not even one page fits.

@@ -4,8 +4,10 @@
 namespace mk::tools {
 
 void add_backend_options(CLI::App* cmd, BackendOptions& o) {
-    cmd->add_option("--backend", o.backend, "cpu | cuda | auto (auto: cpu; cuda arrives with the GPU backend)")
-        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    cmd->add_option("--backend", o.backend,
+                    "cpu | cuda (the resident megakernel) | cuda-kernels (one kernel per op) | auto (cuda when a GPU "
+                    "is usable, else cpu)")
+        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "auto"}));
     cmd->add_option("--target", o.target, "Compile the schedule for this target: h200 | cpu (default cpu)");
     cmd->add_option("--sms", o.sms, "Compile for N SMs (with --smem) instead of a named target");
     cmd->add_option("--smem", o.smem_bytes, "Shared memory per SM in bytes (with --sms)");
@@ -16,6 +18,12 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("-c,--ctx-size", o.ctx_len, "Context length in tokens (default: the model's, at most 4096)");
     cmd->add_flag("--check-pages", o.check_pages, "CPU: stage weights through per-SM pages and check the page accounting");
     cmd->add_flag("--detect-races", o.detect_races, "CPU: run the vector-clock race detector (slow)");
+    cmd->add_flag("--stepwise", o.stepwise, "cuda: launch the interpreter once per step instead of keeping it resident");
+    cmd->add_flag("--graph", o.graph, "cuda-kernels: replay each step as a captured CUDA graph");
+    cmd->add_option("--watchdog-ms", o.watchdog_ms,
+                    "cuda: a wait longer than this many ms stops the kernel with a fault report (default 2000)")
+        ->check(CLI::Range(1u, 3600000u));
+    cmd->add_option("--trace", o.trace_file, "cuda: write a Chrome/Perfetto trace of the instructions run to this .json file");
 }
 
 }  // namespace mk::tools

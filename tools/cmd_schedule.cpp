@@ -26,6 +26,9 @@ void register_schedule(CLI::App& app) {
     cmd->add_option("-o,--output", o->out, "The .mks file to write")->required();
     cmd->add_option("--json", o->json, "Also write the schedule as JSON to this file");
     cmd->add_option("--target", o->backend.target, "h200 | cpu (default cpu)");
+    cmd->add_option("--backend", o->backend.backend,
+                    "The backend the schedule is for: cpu | cuda | cuda-kernels (cuda pads weight rows to 16 bytes)")
+        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "auto"}));
     cmd->add_option("--sms", o->backend.sms, "Compile for N SMs (with --smem) instead of a named target");
     cmd->add_option("--smem", o->backend.smem_bytes, "Shared memory per SM in bytes (with --sms)");
     cmd->add_option("--policy", o->backend.policy, "critical-path | round-robin")
@@ -34,7 +37,7 @@ void register_schedule(CLI::App& app) {
         Model model = open_model(o->model);
         const Target target = resolve_target(o->backend);
         const auto t0 = std::chrono::steady_clock::now();
-        Schedule s = compile_schedule(model.config, weight_formats(model), target, parse_policy(o->backend.policy));
+        Schedule s = compile_schedule(model.config, backend_weight_formats(model, o->backend), target, parse_policy(o->backend.policy));
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());

@@ -2,10 +2,7 @@
 // the unnormalized output sum(exp(s - m) v), the chunk's max score m and its sum l = sum(exp(s - m)).
 // The chunk bounds come from the step's position at run time; an empty chunk writes m = -inf, l = 0.
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/registry.hpp"
-#include "models/error.hpp"
 
 namespace mk {
 
@@ -22,11 +19,11 @@ struct AttnPartialArgs {
 };
 
 // Positions [begin, end) of chunk `part` when positions 0..pos are split into n_parts equal chunks.
-inline void attn_chunk(int32_t pos, uint32_t part, uint32_t n_parts, int32_t& begin, int32_t& end) {
+MK_HOST_DEVICE inline void attn_chunk(int32_t pos, uint32_t part, uint32_t n_parts, int32_t& begin, int32_t& end) {
     const int32_t n = pos + 1;
     const int32_t chunk = (n + int32_t(n_parts) - 1) / int32_t(n_parts);
-    begin = std::min(n, int32_t(part) * chunk);
-    end = std::min(n, begin + chunk);
+    begin = int32_t(part) * chunk < n ? int32_t(part) * chunk : n;
+    end = begin + chunk < n ? begin + chunk : n;
 }
 
 struct AttnPartialOp {
@@ -35,8 +32,7 @@ struct AttnPartialOp {
         // One access per query head of the group: a corrupt group would ask for billions of them.
         if (a.n_parts == 0 || a.part >= a.n_parts || a.kv_head >= dims.n_kv_heads ||
             uint64_t(a.kv_head + 1) * a.group > dims.n_heads)
-            fail("attn_partial: kv head {} × group {} (part {} of {}) is outside the model's {} heads, {} KV heads",
-                 a.kv_head, a.group, a.part, a.n_parts, dims.n_heads, dims.n_kv_heads);
+            fail_heads(a, dims);
         const uint64_t h0 = uint64_t(a.kv_head) * a.group;
         const uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + uint64_t(a.kv_head) * a.head_dim;
         std::vector<Access> out{
@@ -61,10 +57,8 @@ struct AttnPartialOp {
         return {0, 2 * 4 * positions * a.head_dim, 4 * positions * a.head_dim * a.group};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<AttnPartialArgs>(ins);
-        return fmt::format("attn_partial L{} kv{} part {}/{}", a.layer, a.kv_head, a.part, a.n_parts);
-    }
+    [[noreturn]] static void fail_heads(const AttnPartialArgs& a, const ModelDims& dims);
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

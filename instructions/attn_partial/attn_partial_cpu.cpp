@@ -1,6 +1,10 @@
 // attn_partial on the CPU.
 #include "instructions/attn_partial/attn_partial.hpp"
 
+#include <fmt/format.h>
+
+#include "models/error.hpp"
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -41,6 +45,16 @@ void AttnPartialOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         ml[0] = m;
         ml[1] = l;
     }
+}
+
+std::string AttnPartialOp::describe(const Instruction& ins) {
+    auto a = decode_args<AttnPartialArgs>(ins);
+    return fmt::format("attn_partial L{} kv{} part {}/{}", a.layer, a.kv_head, a.part, a.n_parts);
+}
+
+void AttnPartialOp::fail_heads(const AttnPartialArgs& a, const ModelDims& dims) {
+    fail("attn_partial: kv head {} × group {} (part {} of {}) is outside the model's {} heads, {} KV heads", a.kv_head,
+         a.group, a.part, a.n_parts, dims.n_heads, dims.n_kv_heads);
 }
 
 }  // namespace mk

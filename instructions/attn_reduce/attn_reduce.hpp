@@ -1,8 +1,6 @@
 // attn_reduce: merges the partials of one KV head's query heads in a fixed order (log-sum-exp),
 // writing the normalized attention output of those heads.
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/registry.hpp"
 
 namespace mk {
@@ -36,10 +34,7 @@ struct AttnReduceOp {
         return {0, 4 * values, 3 * values};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<AttnReduceArgs>(ins);
-        return fmt::format("attn_reduce L{} kv{} parts {}", a.layer, a.kv_head, a.n_parts);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

@@ -1,6 +1,8 @@
 // attn_reduce on the CPU.
 #include "instructions/attn_reduce/attn_reduce.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 
@@ -27,6 +29,11 @@ void AttnReduceOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         const float inv = 1.0f / total;
         for (uint32_t i = 0; i < a.head_dim; ++i) out[i] *= inv;
     }
+}
+
+std::string AttnReduceOp::describe(const Instruction& ins) {
+    auto a = decode_args<AttnReduceArgs>(ins);
+    return fmt::format("attn_reduce L{} kv{} parts {}", a.layer, a.kv_head, a.n_parts);
 }
 
 }  // namespace mk

@@ -1,7 +1,5 @@
 // embed: x = the step token's row of the embedding table, dequantized to fp32.
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/registry.hpp"
 
 namespace mk {
@@ -29,10 +27,7 @@ struct EmbedOp {
         return {w[a.weight].row_bytes, 4ull * a.d_model, 0};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<EmbedArgs>(ins);
-        return fmt::format("embed w={} x@{} d={}", a.weight, a.x_off, a.d_model);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

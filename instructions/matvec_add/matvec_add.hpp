@@ -1,8 +1,6 @@
 // matvec_add: a block of output rows of a matrix-vector product added into the fp32 residual
 // stream: x[rows] += W[rows, :] . in (the O-projection and the down-projection).
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/common/page_plan.hpp"
 
 namespace mk {
@@ -39,10 +37,7 @@ struct MatvecAddOp {
         return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * (a.cols + 2 * a.n_rows), 2ull * a.n_rows * a.cols};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<MatvecAddArgs>(ins);
-        return fmt::format("matvec_add w={} rows [{}, {}) k={}", a.weight, a.row_begin, a.row_begin + a.n_rows, a.cols);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

@@ -1,6 +1,8 @@
 // matvec_add on the CPU.
 #include "instructions/matvec_add/matvec_add.hpp"
 
+#include <fmt/format.h>
+
 #include "instructions/common/cpu_math.hpp"
 
 namespace mk {
@@ -13,6 +15,11 @@ void MatvecAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
         x[row] += dot_row(dtype, bytes, in, a.cols);
     });
+}
+
+std::string MatvecAddOp::describe(const Instruction& ins) {
+    auto a = decode_args<MatvecAddArgs>(ins);
+    return fmt::format("matvec_add w={} rows [{}, {}) k={}", a.weight, a.row_begin, a.row_begin + a.n_rows, a.cols);
 }
 
 }  // namespace mk

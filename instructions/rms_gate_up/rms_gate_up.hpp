@@ -1,8 +1,6 @@
 // rms_gate_up: RMSNorm of the residual, then a block of rows of the gate and up projections
 // combined as act[rows] = silu(gate . xn) * (up . xn).
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/common/page_plan.hpp"
 
 namespace mk {
@@ -43,10 +41,7 @@ struct RmsGateUpOp {
                 4ull * a.n_rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<RmsGateUpArgs>(ins);
-        return fmt::format("rms_gate_up L{} rows [{}, {})", a.layer, a.row_begin, a.row_begin + a.n_rows);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

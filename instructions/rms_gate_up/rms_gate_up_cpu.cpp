@@ -1,6 +1,8 @@
 // rms_gate_up on the CPU: tiles arrive as (gate chunk, up chunk) pairs of the same rows.
 #include "instructions/rms_gate_up/rms_gate_up.hpp"
 
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "instructions/common/cpu_math.hpp"
@@ -28,6 +30,11 @@ void RmsGateUpOp::run_cpu(const Instruction& ins, OpContext& ctx) {
             else act[row] = silu(gate[row - a.row_begin]) * v;
         }
     }
+}
+
+std::string RmsGateUpOp::describe(const Instruction& ins) {
+    auto a = decode_args<RmsGateUpArgs>(ins);
+    return fmt::format("rms_gate_up L{} rows [{}, {})", a.layer, a.row_begin, a.row_begin + a.n_rows);
 }
 
 }  // namespace mk

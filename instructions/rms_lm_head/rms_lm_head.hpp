@@ -1,8 +1,6 @@
 // rms_lm_head: the final RMSNorm, a block of LM-head rows (logits) and the block's argmax
 // (value, index; lowest index wins ties) for the sample op to reduce in a fixed order.
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/common/page_plan.hpp"
 
 namespace mk {
@@ -43,10 +41,7 @@ struct RmsLmHeadOp {
         return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * (a.d_model + a.n_rows), 2ull * a.n_rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<RmsLmHeadArgs>(ins);
-        return fmt::format("rms_lm_head rows [{}, {}) block {}", a.row_begin, a.row_begin + a.n_rows, a.block);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

@@ -1,6 +1,8 @@
 // rms_lm_head on the CPU.
 #include "instructions/rms_lm_head/rms_lm_head.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -30,6 +32,11 @@ void RmsLmHeadOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     uint8_t* slot = ctx.arena + a.argmax_off + 8ull * a.block;
     std::memcpy(slot, &best, 4);
     std::memcpy(slot + 4, &best_index, 4);
+}
+
+std::string RmsLmHeadOp::describe(const Instruction& ins) {
+    auto a = decode_args<RmsLmHeadArgs>(ins);
+    return fmt::format("rms_lm_head rows [{}, {}) block {}", a.row_begin, a.row_begin + a.n_rows, a.block);
 }
 
 }  // namespace mk

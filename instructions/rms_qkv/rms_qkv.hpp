@@ -2,8 +2,6 @@
 // per-head QK-norm), RoPE on Q and K, and for K/V the append to the KV cache at pos. Blocks hold
 // whole rotary pairs (even row_begin and n_rows), and whole heads when QK-norm is on.
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/common/page_plan.hpp"
 
 namespace mk {
@@ -56,11 +54,7 @@ struct RmsQkvOp {
         return {rows * w[a.weight].row_bytes, 4ull * (a.d_model + rows), 2 * rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<RmsQkvArgs>(ins);
-        return fmt::format("rms_qkv L{} {} rows [{}, {})", a.layer, "qkv"[a.kind % 3], a.row_begin,
-                           a.row_begin + a.n_rows);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

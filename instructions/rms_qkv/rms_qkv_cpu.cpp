@@ -1,6 +1,8 @@
 // rms_qkv on the CPU: norm once, a dot per row from the staged tiles, then bias, QK-norm and RoPE.
 #include "instructions/rms_qkv/rms_qkv.hpp"
 
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "instructions/common/cpu_math.hpp"
@@ -48,6 +50,12 @@ void RmsQkvOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         float* cache = kind == QkvKind::k ? ctx.k_head(a.layer, row / hd) : ctx.v_head(a.layer, row / hd);
         cache[size_t(ctx.step->pos) * hd + row % hd] = out[i];
     }
+}
+
+std::string RmsQkvOp::describe(const Instruction& ins) {
+    auto a = decode_args<RmsQkvArgs>(ins);
+    return fmt::format("rms_qkv L{} {} rows [{}, {})", a.layer, "qkv"[a.kind % 3], a.row_begin,
+                       a.row_begin + a.n_rows);
 }
 
 }  // namespace mk

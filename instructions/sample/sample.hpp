@@ -1,8 +1,6 @@
 // sample: the step's token. Greedy reduces the LM-head blocks' argmaxes in block order; otherwise
 // the full logits go through the shared sampling rule (sampling.hpp).
 #pragma once
-#include <fmt/format.h>
-
 #include "instructions/registry.hpp"
 
 namespace mk {
@@ -29,10 +27,7 @@ struct SampleOp {
         return {0, 8ull * a.n_blocks, a.n_blocks};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
-    static std::string describe(const Instruction& ins) {
-        auto a = decode_args<SampleArgs>(ins);
-        return fmt::format("sample blocks {} vocab {}", a.n_blocks, a.vocab);
-    }
+    static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 
 }  // namespace mk

@@ -1,6 +1,8 @@
 // sample on the CPU.
 #include "instructions/sample/sample.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "instructions/sample/sampling.hpp"
@@ -30,6 +32,11 @@ void SampleOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     }
     std::memcpy(ctx.arena + a.token_off, &token, 4);
     ctx.step->sampled_token = token;
+}
+
+std::string SampleOp::describe(const Instruction& ins) {
+    auto a = decode_args<SampleArgs>(ins);
+    return fmt::format("sample blocks {} vocab {}", a.n_blocks, a.vocab);
 }
 
 }  // namespace mk

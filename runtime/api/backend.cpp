@@ -5,8 +5,27 @@
 #include "scheduler/compile.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/verify.hpp"
+#if MK_HAVE_CUDA
+#include "runtime/cuda/cuda_program.hpp"
+#include "runtime/cuda/device_state.hpp"
+#endif
 
 namespace mk {
+
+namespace {
+bool is_cuda_backend(const std::string& backend) { return backend == "cuda" || backend == "cuda-kernels"; }
+
+// auto stays on the CPU until the CUDA backend has been verified on a device (tools/gpu-check.sh).
+std::string resolve_backend(const api::BackendOptions& o) {
+    if (o.backend == "auto" || o.backend.empty()) return "cpu";
+    if (o.backend != "cpu" && !is_cuda_backend(o.backend))
+        fail("unknown backend '{}': cpu | cuda | cuda-kernels | auto", o.backend);
+#if !MK_HAVE_CUDA
+    if (is_cuda_backend(o.backend)) fail("--backend {}: this mk was built without CUDA; use --backend cpu", o.backend);
+#endif
+    return o.backend;
+}
+}  // namespace
 
 Target resolve_target(const api::BackendOptions& o) {
     if (o.sms || o.smem_bytes) {
@@ -14,13 +33,27 @@ Target resolve_target(const api::BackendOptions& o) {
         if (!o.target.empty()) fail("give either --target or --sms/--smem, not both");
         return target_custom(o.sms, o.smem_bytes);
     }
-    return target_by_name(o.target.empty() ? "cpu" : o.target);
+    if (!o.target.empty()) return target_by_name(o.target);
+#if MK_HAVE_CUDA
+    if (is_cuda_backend(resolve_backend(o))) {
+        const DeviceInfo device = current_device();
+        return target_device(device.sm_count, device.smem_optin);
+    }
+#endif
+    return target_cpu();
 }
 
 void check_schedule_for(const Model& model, const Schedule& s, const std::string& name) {
     if (s.config_hash != model.config.hash())
         fail("{}: compiled for another model (config hash {:016x}; {} has {:016x})", name, s.config_hash,
              model.path.string(), model.config.hash());
+}
+
+std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& o) {
+    // The CUDA backends stream 16-byte-aligned rows (bind_weights pads the model's rows to match).
+    std::vector<WeightFormat> formats = weight_formats(model);
+    if (is_cuda_backend(resolve_backend(o))) formats = padded_row_formats(std::move(formats), 16);
+    return formats;
 }
 
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
@@ -31,12 +64,29 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
         verify_or_throw(s, o.schedule_file);
         return s;
     }
-    return compile_schedule(model.config, weight_formats(model), resolve_target(o), parse_policy(o.policy));
+    return compile_schedule(model.config, backend_weight_formats(model, o), resolve_target(o), parse_policy(o.policy));
 }
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
-    if (o.backend == "cuda") fail("--backend cuda: this build has no CUDA interpreter yet; use --backend cpu");
-    if (o.backend != "cpu" && o.backend != "auto") fail("unknown backend '{}': cpu | cuda | auto", o.backend);
+    const std::string backend = resolve_backend(o);
+#if MK_HAVE_CUDA
+    if (backend == "cuda") {
+        CudaProgramOptions co;
+        co.ctx_len = o.ctx_len;
+        co.stepwise = o.stepwise;
+        co.watchdog_ms = o.watchdog_ms;
+        co.trace_file = o.trace_file;
+        return make_cuda_program(model, std::move(schedule), co);
+    }
+    if (backend == "cuda-kernels") {
+        CudaKernelsOptions ko;
+        ko.ctx_len = o.ctx_len;
+        ko.graph = o.graph;
+        return make_cuda_kernels_program(model, std::move(schedule), ko);
+    }
+#endif
+    if (o.stepwise || o.graph || !o.trace_file.empty())
+        fail("--stepwise, --graph and --trace are for the CUDA backends (--backend cuda | cuda-kernels)");
     ProgramOptions po;
     po.n_threads = o.threads;
     po.ctx_len = o.ctx_len;

@@ -12,6 +12,8 @@ namespace mk {
 
 // Target from target / sms+smem_bytes (default: the CPU backend's own target).
 Target resolve_target(const api::BackendOptions& options);
+// The weight formats a schedule for this backend is compiled against (rows padded for the CUDA backends).
+std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& options);
 // The schedule from schedule_file (checked against the model and verified) or compiled for the target.
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& options);
 // Throws when `schedule` was compiled for another model configuration.

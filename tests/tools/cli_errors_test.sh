@@ -61,6 +61,12 @@ expect 2 "^mk: error: .*magic\\.gguf: not a GGUF file: it starts with bytes 47 4
 expect 2 '^mk: error: .*does-not-exist\.gguf' "$mk" info "$dir/does-not-exist.gguf"
 expect nonzero "argument was not expected: --no-such-flag$" "$mk" generate -p hi --no-such-flag
 expect nonzero 'temp' "$mk" generate -m "$dir/m.gguf" -p hi --temp warm
+# The CUDA backends on a machine without a usable GPU (or an mk built without CUDA): a clear refusal.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda
+  expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda-kernels --graph
+fi
+expect 2 'are for the CUDA backends' "$mk" "${run[@]}" --backend cpu --stepwise
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

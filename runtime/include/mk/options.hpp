@@ -9,7 +9,7 @@ namespace mk::api {
 // Where and how a session runs. The schedule is compiled for `target` (or --sms/--smem) unless
 // `schedule_file` names a .mks file, which is checked against the model and verified.
 struct BackendOptions {
-    std::string backend = "auto";         // cpu | cuda | auto (today auto is cpu)
+    std::string backend = "auto";         // cpu | cuda | cuda-kernels | auto (auto: cuda when a GPU is usable)
     std::string target;                   // h200 | cpu; "" the CPU backend's own
     uint32_t sms = 0;                     // a custom target: SMs (with smem_bytes)
     uint64_t smem_bytes = 0;              // a custom target: shared memory per SM
@@ -19,6 +19,10 @@ struct BackendOptions {
     uint32_t ctx_len = 0;                 // KV-cache positions; 0 min(model context, 4096)
     bool check_pages = false;             // CPU: stage weights through per-SM pages, check the accounting
     bool detect_races = false;            // CPU: vector-clock race detector (slow)
+    bool stepwise = false;                // cuda: one launch per step instead of the resident kernel
+    bool graph = false;                   // cuda-kernels: replay each step as a captured CUDA graph
+    uint32_t watchdog_ms = 2000;          // cuda: a wait longer than this aborts the kernel with a fault report
+    std::string trace_file;               // cuda: write a Chrome/Perfetto trace of the instructions run
 };
 
 // The sampling rule: repetition penalty, temperature, top-k, softmax, min-p, top-p, then an

@@ -1,0 +1,29 @@
+// Every op's CUDA implementation, for the code that dispatches on the opcode (one include per line of ops.def).
+#pragma once
+#include "instructions/attn_partial/attn_partial.cuh"
+#include "instructions/attn_reduce/attn_reduce.cuh"
+#include "instructions/embed/embed.cuh"
+#include "instructions/matvec_add/matvec_add.cuh"
+#include "instructions/rms_gate_up/rms_gate_up.cuh"
+#include "instructions/rms_lm_head/rms_lm_head.cuh"
+#include "instructions/rms_qkv/rms_qkv.cuh"
+#include "instructions/sample/sample.cuh"
+
+namespace mk {
+
+// Runs one instruction with the team and tiles given (an unknown opcode was refused on the host).
+template <class Tiles>
+__device__ inline void run_device_op(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles& tiles) {
+    switch (Opcode(ins.opcode)) {
+#define MK_OP(snake, Pascal)                            \
+    case Opcode::snake:                                 \
+        Pascal##Device::run(ins, ctx, team, tiles);     \
+        break;
+#include "instructions/ops.def"
+#undef MK_OP
+    default:
+        break;
+    }
+}
+
+}  // namespace mk

@@ -1,0 +1,80 @@
+// What an op's CUDA implementation sees: the same memory as the CPU OpContext (arena, weights, KV
+// caches, the step's token and position) in device pointers, the team of threads that computes it,
+// and its weight tiles. Each op's folder holds `<op>.cuh` with
+//     struct <Pascal>Device { template <class Tiles> static __device__ void run(const Instruction&,
+//                                                                          const DeviceOpContext&,
+//                                                                          const Team&, Tiles&); };
+// which the resident interpreter (tiles in shared-memory pages) and the kernel-per-op baseline
+// (tiles read in place from global memory) both call.
+#pragma once
+#include <cstdint>
+
+#include "instructions/encoding.hpp"
+#include "instructions/op_types.hpp"
+
+namespace mk {
+
+// One weight as the device holds it: rows padded to kDeviceRowAlign (16) bytes (repacked at
+// load) so every tile is a legal bulk copy; vectors (norms, biases) are F32.
+struct DeviceWeight {
+    const uint8_t* data;
+    uint32_t dtype;      // a DType value
+    uint32_t rows, cols;
+    uint32_t row_bytes;  // padded row stride
+};
+
+// One tile of an instruction's page plan, as uploaded: where its bytes come from and what they hold.
+struct DeviceTile {
+    uint64_t src_offset;  // byte offset into the weight blob (16-byte aligned)
+    uint32_t bytes;       // a multiple of 16
+    uint32_t weight;      // weight id
+    uint32_t row_begin;
+    uint32_t n_rows;
+};
+static_assert(sizeof(DeviceTile) == 24);
+
+struct DeviceOpContext {
+    ModelDims dims;
+    const float* rope_inv_freq;    // (head_dim / 2) fp32
+    uint8_t* arena;                // activation buffers, byte offsets from the args
+    const DeviceWeight* weights;   // by weight id
+    float* k_cache;                // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    float* v_cache;
+    uint32_t ctx_len;
+    int32_t pos;                   // the step's position
+    int32_t token;                 // the step's input token
+    float* scratch;                // team-private shared memory
+    uint32_t scratch_floats;
+
+#if defined(__CUDACC__)
+    __device__ float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
+    __device__ uint64_t cache_offset(uint32_t layer, uint32_t kv_head) const {
+        return (uint64_t(layer) * dims.n_kv_heads + kv_head) * ctx_len * dims.head_dim;
+    }
+#endif
+};
+
+#if defined(__CUDACC__)
+// The threads that run an op: `size` threads (whole warps) ranked 0..size-1, synchronized by a named
+// barrier so the loader warp of the resident kernel is never part of it.
+struct Team {
+    uint32_t rank;
+    uint32_t size;
+    uint32_t barrier_id;  // 1..15 (0 is __syncthreads)
+    __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(size) : "memory"); }
+    __device__ uint32_t warp() const { return rank / 32; }
+    __device__ uint32_t lane() const { return rank % 32; }
+    __device__ uint32_t n_warps() const { return size / 32; }
+};
+
+// The Tiles concept an op is written against (both implementations are in runtime/cuda/):
+//   __device__ uint32_t count() const;                 tiles of this instruction's page plan
+//   __device__ const DeviceTile& info(uint32_t t) const;
+//   __device__ const uint8_t* acquire(uint32_t t);     every team thread calls it; returns when the
+//                                                      tile's bytes are visible to the team
+//   __device__ void release(uint32_t t);               every team thread calls it once it no longer
+//                                                      reads the tile (its page may be refilled)
+// Tiles are acquired and released in increasing order.
+#endif
+
+}  // namespace mk

@@ -1,0 +1,71 @@
+// rms_qkv on the device: RMSNorm into scratch, a dot per row (one warp per row) written straight to
+// its destination (the q buffer or the KV cache at pos), then one pass over rotary pairs for bias,
+// QK-norm and RoPE, in place. Pairs never straddle heads, so with QK-norm one warp owns a head
+// (lane p its pairs p, p + 32, ...) and needs only a warp reduction.
+#pragma once
+#include "instructions/common/device_math.cuh"
+#include "instructions/rms_qkv/rms_qkv.hpp"
+
+namespace mk {
+
+struct RmsQkvDevice {
+    template <class Tiles>
+    static __device__ void run(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles& tiles) {
+        const auto a = decode_args<RmsQkvArgs>(ins);
+        const uint32_t hd = a.head_dim;
+        const QkvKind kind = QkvKind(a.kind);
+        float* xn = dev::vector_scratch(ctx);  // (d_model) fp32
+        dev::rms_norm(ctx.f32(a.x_off), reinterpret_cast<const float*>(ctx.weights[a.norm].data), ctx.dims.norm_eps,
+                      a.d_model, xn, team, dev::reduce_scratch(ctx));
+
+        // Output i (row row_begin + i): element row % hd of head row / hd.
+        auto out = [&](uint32_t i) -> float* {
+            const uint32_t row = a.row_begin + i;
+            if (kind == QkvKind::q) return ctx.f32(a.q_off) + row;
+            float* cache = kind == QkvKind::k ? ctx.k_cache : ctx.v_cache;
+            return cache + ctx.cache_offset(a.layer, row / hd) + uint64_t(ctx.pos) * hd + row % hd;
+        };
+        dev::for_each_row_dot(ctx, team, tiles, xn, a.d_model, [&](const DeviceTile&, uint32_t row, float dot) {
+            if (team.lane() == 0) *out(row - a.row_begin) = dot;
+        });
+        team.sync();  // every dot is in place
+
+        auto vector = [&](uint32_t w) {
+            return w != kNoWeight ? reinterpret_cast<const float*>(ctx.weights[w].data) : nullptr;
+        };
+        const float* bias = vector(a.bias);     // (rows of Q, K or V) f32, or none
+        const float* norm = vector(a.qk_norm);  // (head_dim) f32, or none
+        const uint32_t n_pairs = (a.n_rows + 1) / 2;
+        // Pair p: bias, then RoPE unless V; `scale` is the head's QK-norm factor (w applied here).
+        auto finish_pair = [&](uint32_t p, float scale) {
+            const uint32_t i = 2 * p;
+            const bool has_b = i + 1 < a.n_rows;  // rows come in pairs; never read past an odd block
+            float x0 = *out(i), x1 = has_b ? *out(i + 1) : 0.0f;
+            if (bias) x0 += bias[a.row_begin + i], x1 += has_b ? bias[a.row_begin + i + 1] : 0.0f;
+            if (norm) {
+                const uint32_t e = (a.row_begin + i) % hd;
+                x0 = norm[e] * (x0 * scale), x1 = norm[e + 1] * (x1 * scale);
+            }
+            if (kind != QkvKind::v) dev::rope_pair(x0, x1, ctx.pos, ctx.rope_inv_freq[((a.row_begin + i) % hd) / 2]);
+            *out(i) = x0;
+            if (has_b) *out(i + 1) = x1;
+        };
+        if (!norm) {
+            for (uint32_t p = team.rank; p < n_pairs; p += team.size) finish_pair(p, 1.0f);
+            return;
+        }
+        // QK-norm: blocks hold whole heads (hd / 2 pairs each); the warp's sum of squares, then the pairs.
+        for (uint32_t h = team.warp(); h < a.n_rows / hd; h += team.n_warps()) {
+            float sum_sq = 0.0f;
+            for (uint32_t i = h * hd + team.lane(); i < (h + 1) * hd; i += 32) {
+                const float v = *out(i) + (bias ? bias[a.row_begin + i] : 0.0f);
+                sum_sq += v * v;
+            }
+            sum_sq = dev::warp_sum(sum_sq);
+            const float scale = float(1.0 / sqrt(double(sum_sq) / hd + ctx.dims.norm_eps));
+            for (uint32_t p = h * hd / 2 + team.lane(); p < (h + 1) * hd / 2; p += 32) finish_pair(p, scale);
+        }
+    }
+};
+
+}  // namespace mk

@@ -1,0 +1,45 @@
+// The CUDA backends as Programs: the resident megakernel (one launch for the Program's life, or one
+// launch per step with `stepwise`) and the kernel-per-op baseline (`cuda-kernels`, optionally replayed
+// as a CUDA graph). Built only with CUDA; the host logic they share is in upload_layout and control.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/program.hpp"
+
+namespace mk {
+
+struct CudaProgramOptions {
+    uint32_t ctx_len = 0;          // 0: min(model context, 4096)
+    bool stepwise = false;         // one launch per step instead of a resident kernel
+    uint32_t watchdog_ms = 2000;   // a wait longer than this aborts the kernel with a fault report
+    std::string trace_file;        // write a Chrome trace of the first trace_steps steps when the program ends
+    uint32_t trace_steps = 64;
+};
+
+// The megakernel Program, with the device-side generation loop beside the step-by-step interface.
+class CudaProgram : public Program {
+public:
+    // Runs the prompt and up to n_new generated tokens in one command: the device feeds each sampled
+    // token to the next step itself (greedy sampling on the device). on_token sees each generated
+    // token as it lands in the pinned ring. Returns the generated tokens (a stop token included).
+    virtual std::vector<int32_t> generate(std::span<const int32_t> prompt, uint32_t n_new,
+                                          std::span<const int32_t> stop_tokens,
+                                          const std::function<void(int32_t)>& on_token) = 0;
+};
+
+// Throws mk::Error when there is no usable device, or the schedule, model or context do not fit it.
+std::unique_ptr<CudaProgram> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options);
+
+struct CudaKernelsOptions {
+    uint32_t ctx_len = 0;
+    bool graph = false;  // capture each step's launches once and replay them as a CUDA graph
+};
+std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule,
+                                                   const CudaKernelsOptions& options);
+
+}  // namespace mk

@@ -1,0 +1,63 @@
+// What every CUDA Program uploads: the repacked weights, the schedule's upload layout, the activation
+// arena and the KV caches, with the checks that refuse what the device cannot hold (before allocating).
+// Host code over the CUDA runtime; device memory is owned by DeviceBuffer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "instructions/device.cuh"
+#include "models/model.hpp"
+#include "runtime/cuda/upload_layout.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+// Throws mk::Error with `what` and the CUDA error text when status (a cudaError_t) is not success.
+void check_cuda(int status, const char* what);
+
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(uint64_t bytes, const char* what);  // zero-filled
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), bytes_(other.bytes_) { other.data_ = nullptr; }
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    void upload(const void* host, uint64_t bytes, const char* what);
+    template <typename T>
+    T* as() const { return static_cast<T*>(data_); }
+    uint64_t bytes() const { return bytes_; }
+
+private:
+    void* data_ = nullptr;
+    uint64_t bytes_ = 0;
+};
+
+struct DeviceInfo {
+    int ordinal = 0;
+    std::string name;
+    uint32_t sm_count = 0, major = 0, minor = 0;
+    uint64_t smem_optin = 0;
+    uint64_t free_bytes = 0, total_bytes = 0;
+};
+// The current device; throws mk::Error when there is none (no driver, no GPU).
+DeviceInfo current_device();
+
+struct DeviceState {
+    Schedule schedule;
+    uint32_t ctx_len = 0;
+    PreparedSchedule prepared;  // points into schedule
+    UploadLayout layout;
+    DeviceBuffer blob, weights, arena, k_cache, v_cache, rope;
+    DeviceBuffer instructions, stream_begin, tile_begin, tiles, release_begin, release_order;
+    DeviceBuffer counters, step_totals;
+    DeviceOpContext ctx{};  // pos, token and scratch left for the launcher
+    uint64_t weight_bytes = 0;
+};
+
+// Binds, repacks and uploads. Throws mk::Error naming the model file for unsupported weight formats,
+// a schedule whose rows are not padded for bulk copies, or memory the device does not have.
+std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len);
+
+}  // namespace mk

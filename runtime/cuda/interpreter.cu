@@ -1,0 +1,292 @@
+// The resident interpreter: one block per SM runs that SM's instruction stream, step after step.
+// Warp 0 is the controller/loader: it walks the stream ahead of the consumers and streams each
+// instruction's weight tiles into free shared-memory pages with bulk copies (and prefetches the next
+// instruction's into L2), never waiting on counters — weights do not depend on earlier instructions.
+// Warps 1..7 are the consumers: they wait on the instruction's counters, run the op on the pages,
+// store, and signal. Steps are gated on the previous step's sampled token; commands (runs of steps)
+// come from the host through pinned memory, so one launch serves a whole generation.
+#include <cuda_runtime.h>
+
+#include "instructions/all_ops.cuh"
+#include "runtime/cuda/interpreter.hpp"
+#include "runtime/cuda/page_tiles.cuh"
+
+namespace mk {
+
+namespace {
+
+using cuda_sync::WaitGuard;
+
+struct SharedState {
+    PageRing loader_ring;
+    PageRing consumer_ring;
+    Command command;
+    int32_t token;     // this step's input token
+    uint32_t go;       // 0: the command (or the kernel) ends here
+    uint32_t failed;   // a consumer wait was aborted
+};
+
+__device__ bool is_stop_token(const Command& c, int32_t token) {
+    for (uint32_t k = 0; k < c.n_stop && k < kMaxStopTokens; ++k)
+        if (c.stop_tokens[k] == token) return true;
+    return false;
+}
+
+// Warp 0, lane 0: issue every tile of the stream's instructions for one step.
+struct Loader {
+    const InterpreterParams& P;
+    Pages pages;
+    PageRing& ring;
+    uint32_t empty_parity = 0;  // parity of each page's next "empty" phase to wait for
+    uint32_t fill_parity = 0;   // parity of each page's next fill
+    uint32_t filled_once = 0;   // pages that have been filled at least once
+
+    __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch) {
+        for (uint32_t i = begin; i < end; ++i) {
+            const uint32_t tb = P.tile_begin[i], te = P.tile_begin[i + 1];
+            const uint32_t used = P.release_begin[i + 1] - P.release_begin[i];
+            if (i + 1 < end)  // look one instruction further ahead through L2
+                for (uint32_t t = P.tile_begin[i + 1]; t < P.tile_begin[i + 2]; ++t)
+                    prefetch_l2(P.weight_blob + P.tiles[t].src_offset, P.tiles[t].bytes);
+            for (uint32_t t = tb; t < te; ++t) {
+                const uint32_t p = ring.page_of_tile(t - tb, used);
+                if (filled_once >> p & 1u) {
+                    if (!wait_phase(&pages.empty[p], empty_parity >> p & 1u, guard)) return false;
+                    empty_parity ^= 1u << p;
+                } else {
+                    filled_once |= 1u << p;
+                }
+                const DeviceTile& tile = P.tiles[t];
+                if (P.trace && t == tb && epoch < P.trace_steps)
+                    P.trace[uint64_t(epoch) * P.n_instructions + i].load_start = cuda_sync::global_timer_ns();
+                mbarrier_arrive_expect_tx(&pages.full[p], tile.bytes);
+                bulk_copy_to_shared(pages.page(p), P.weight_blob + tile.src_offset, tile.bytes, &pages.full[p]);
+                fill_parity ^= 1u << p;
+            }
+            if (used) ring.finish(P.release_order + P.release_begin[i], used);
+        }
+        return true;
+    }
+    // Bulk copies still in flight must land before the block's shared memory goes away.
+    __device__ void drain() {
+        for (uint32_t p = 0; p < P.n_pages; ++p)
+            if (filled_once >> p & 1u)
+                while (!mbarrier_try_wait(&pages.full[p], (fill_parity >> p & 1u) ^ 1u)) {
+                }
+    }
+};
+
+// Warps 1..7: run the stream's instructions for one step.
+struct Consumers {
+    const InterpreterParams& P;
+    Pages pages;
+    SharedState& sh;
+    Team team;
+    uint32_t full_parity = 0;
+
+    __device__ bool run_step(uint32_t begin, uint32_t end, WaitGuard guard, uint32_t step, DeviceOpContext& ctx) {
+        for (uint32_t i = begin; i < end; ++i) {
+            const Instruction& ins = P.instructions[i];
+            TraceRecord* trace = P.trace && guard.epoch < P.trace_steps
+                                     ? &P.trace[uint64_t(guard.epoch) * P.n_instructions + i]
+                                     : nullptr;
+            if (team.rank == 0) {
+                if (trace) trace->start = cuda_sync::global_timer_ns();
+                guard.index = i - begin;
+                guard.opcode = ins.opcode;
+                for (uint32_t w = 0; w < ins.n_waits; ++w) {
+                    const Wait& wait = ins.waits[w];
+                    const uint64_t target = uint64_t(guard.epoch) * P.step_totals[wait.counter] + wait.target;
+                    if (!cuda_sync::wait_at_least<uint64_t>(&P.counters[wait.counter], target, guard, wait.counter)) {
+                        sh.failed = 1;
+                        break;
+                    }
+                }
+                cuda_sync::fence_proxy_async_global();
+                if (trace) trace->ready = cuda_sync::global_timer_ns();
+            }
+            team.sync();
+            if (sh.failed) return false;
+
+            const uint32_t tb = P.tile_begin[i];
+            PageTiles tiles{pages, &sh.consumer_ring, P.tiles + tb, P.tile_begin[i + 1] - tb,
+                            P.release_begin[i + 1] - P.release_begin[i], full_parity, team,
+                            trace ? &trace->load_end : nullptr, guard, true};
+            run_device_op(ins, ctx, team, tiles);
+            full_parity = tiles.full_parity;
+            team.sync();  // the op's stores are done before they are published
+            if (!tiles.ok) {
+                if (team.rank == 0) sh.failed = 1;
+                return false;
+            }
+            if (team.rank == 0) {
+                __threadfence();
+                for (uint32_t g = 0; g < ins.n_signals; ++g)
+                    cuda_sync::release_add(&P.counters[ins.signals[g].counter], ins.signals[g].delta);
+                if (Opcode(ins.opcode) == Opcode::sample) post_token(step);
+                if (tiles.used) sh.consumer_ring.finish(P.release_order + P.release_begin[i], tiles.used);
+                if (trace) trace->end = cuda_sync::global_timer_ns();
+            }
+        }
+        return true;
+    }
+
+    // The one sample instruction of the step: hand the token to the host and decide whether to go on.
+    __device__ void post_token(uint32_t step) {
+        const int32_t token = *reinterpret_cast<const int32_t*>(P.ctx.arena + P.token_off);
+        const Command& c = sh.command;
+        const bool last = step + 1 >= c.n_steps;
+        const bool cancel = P.mailbox && cuda_sync::system_load(&P.mailbox->cancel) != 0;
+        // Stop tokens count only once the prompt is consumed (the token sampled at a prompt step is discarded).
+        const bool generating = step + 1 >= c.n_tokens;
+        const bool stop = last || (generating && is_stop_token(c, token)) || cancel;
+        P.control->stop = stop ? 1u : 0u;
+        if (P.mailbox) {
+            P.mailbox->tokens[step % kTokenRing] = token;
+            __threadfence_system();
+            if (stop && !last) cuda_sync::system_store(&P.mailbox->stopped, 1u);
+            cuda_sync::system_store(&P.mailbox->steps_done, step + 1);
+        }
+        cuda_sync::release_store(&P.control->steps_done, step + 1);
+    }
+};
+
+// Block 0's thread 0: poll the host's mailbox (system scope: the host writes it while the kernel runs).
+__device__ bool wait_for_command(const InterpreterParams& P, uint32_t seq, const WaitGuard& idle) {
+    for (uint32_t spin = 1; cuda_sync::system_load(&P.mailbox->command_seq) < seq; ++spin) {
+        __nanosleep(spin < 64 ? 64 : 1024);
+        if (spin % 16 == 0 && cuda_sync::aborted(idle)) return false;
+    }
+    return true;
+}
+
+// Every thread of the block: run the command's steps.
+__device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader& loader, Consumers& consumers,
+                            DeviceOpContext& ctx, WaitGuard guard) {
+    const uint32_t sm = blockIdx.x, tid = threadIdx.x;
+    const uint32_t begin = P.stream_begin[sm], end = P.stream_begin[sm + 1];
+    const Command& c = sh.command;
+    for (uint32_t s = 0; s < c.n_steps; ++s) {
+        // Gate: step s starts once step s - 1 sampled its token (it is step s's input) and did not stop the run.
+        if (tid == 0) {
+            bool go = true;
+            if (s > 0) {
+                go = cuda_sync::wait_at_least<uint32_t>(&P.control->steps_done, s, guard, 0xffffffffu) &&
+                     cuda_sync::acquire_load(&P.control->stop) == 0;
+            }
+            if (go) {
+                sh.token = s < c.n_tokens ? c.tokens[s]
+                                          : *reinterpret_cast<volatile const int32_t*>(P.ctx.arena + P.token_off);
+            }
+            sh.go = go ? 1u : 0u;
+            sh.failed = 0;
+        }
+        __syncthreads();
+        if (!sh.go) return;
+        guard.epoch = c.epoch0 + s;
+        if (tid < 32) {
+            if (tid == 0) loader.run_step(begin, end, guard, guard.epoch);
+        } else {
+            ctx.pos = c.pos0 + int32_t(s);
+            ctx.token = sh.token;
+            consumers.run_step(begin, end, guard, s, ctx);
+        }
+        __syncthreads();
+        if (cuda_sync::aborted(guard)) return;
+    }
+}
+
+__global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(const __grid_constant__ InterpreterParams P) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t tid = threadIdx.x, sm = blockIdx.x;
+    Pages pages;
+    pages.base = smem;
+    pages.page_bytes = P.page_bytes;
+    float* scratch = reinterpret_cast<float*>(smem + size_t(P.n_pages) * P.page_bytes);
+    uint8_t* tail = reinterpret_cast<uint8_t*>(scratch) + P.scratch_bytes;
+    pages.full = reinterpret_cast<uint64_t*>(tail);
+    pages.empty = pages.full + PageRing::kMaxPages;
+    SharedState& sh = *reinterpret_cast<SharedState*>(pages.empty + PageRing::kMaxPages);
+
+    if (tid == 0) {
+        for (uint32_t p = 0; p < P.n_pages; ++p) {
+            mbarrier_init(&pages.full[p], 1);
+            mbarrier_init(&pages.empty[p], 1);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        sh.loader_ring.reset(P.n_pages);
+        sh.consumer_ring.reset(P.n_pages);
+        sh.failed = 0;
+    }
+    __syncthreads();
+
+    DeviceOpContext ctx = P.ctx;
+    ctx.scratch = scratch;
+    ctx.scratch_floats = P.scratch_bytes / 4;
+    WaitGuard guard{P.control, P.mailbox, P.watchdog_ns, sm, 0, 0, 0};
+    Loader loader{P, pages, sh.loader_ring};
+    Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}};
+
+    if (!P.resident) {
+        if (tid == 0) sh.command = P.command;
+        __syncthreads();
+        run_command(P, sh, loader, consumers, ctx, guard);
+    } else {
+        WaitGuard idle = guard;
+        idle.bound_ns = 0;  // waiting for the host's next command is not a stall
+        for (uint32_t seq = 1;; ++seq) {
+            if (tid == 0) {
+                bool ok;
+                if (sm == 0) {
+                    ok = wait_for_command(P, seq, idle);
+                    if (ok) {
+                        P.control->command = *const_cast<const Command*>(&P.mailbox->command);
+                        P.control->steps_done = 0;
+                        P.control->stop = 0;
+                        __threadfence();
+                        cuda_sync::release_store(&P.control->command_seq, seq);
+                    }
+                } else {
+                    ok = cuda_sync::wait_at_least<uint32_t>(&P.control->command_seq, seq, idle, 0xfffffffeu);
+                }
+                sh.command = P.control->command;
+                sh.go = ok ? 1u : 0u;
+            }
+            __syncthreads();
+            if (!sh.go || CommandKind(sh.command.kind) == CommandKind::exit) break;
+            run_command(P, sh, loader, consumers, ctx, guard);
+            if (cuda_sync::aborted(guard)) break;
+            // The host may post the next command once every block is done with this one.
+            if (tid == 0) {
+                const uint32_t done = atomicAdd(&P.control->blocks_done, 1u) + 1;
+                if (done == seq * P.n_sms) {
+                    __threadfence_system();
+                    cuda_sync::system_store(&P.mailbox->run_done, seq);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (tid == 0) loader.drain();
+}
+
+}  // namespace
+
+uint32_t interpreter_overhead_bytes() {
+    return uint32_t(2 * PageRing::kMaxPages * sizeof(uint64_t) + (sizeof(SharedState) + 127) / 128 * 128);
+}
+
+std::string launch_interpreter(const InterpreterParams& params, void* stream) {
+    const size_t smem = size_t(params.n_pages) * params.page_bytes + params.scratch_bytes + interpreter_overhead_bytes();
+    cudaError_t status =
+        cudaFuncSetAttribute(interpreter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (status != cudaSuccess) return cudaGetErrorString(status);
+    InterpreterParams copy = params;
+    void* args[] = {&copy};
+    status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(interpreter_kernel), dim3(params.n_sms),
+                                         dim3(kInterpreterThreads), args, smem, static_cast<cudaStream_t>(stream));
+    if (status != cudaSuccess) return cudaGetErrorString(status);
+    return "";
+}
+
+}  // namespace mk

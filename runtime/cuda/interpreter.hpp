@@ -1,0 +1,53 @@
+// The resident interpreter kernel's launch interface (host side, no CUDA headers): what the kernel
+// reads (the upload layout, weights, memory, counters), how it is sized, and how it is launched.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "instructions/device.cuh"
+#include "runtime/cuda/control.hpp"
+
+namespace mk {
+
+struct InterpreterParams {
+    // The upload layout (device copies of UploadLayout's arrays).
+    const Instruction* instructions;
+    const uint32_t* stream_begin;
+    const uint32_t* tile_begin;
+    const DeviceTile* tiles;
+    const uint32_t* release_begin;
+    const uint8_t* release_order;
+    const uint8_t* weight_blob;
+    uint32_t n_sms;
+
+    DeviceOpContext ctx;       // pos, token and scratch are set per step inside the kernel
+    uint64_t* counters;        // schedule.counters.size(), monotonic for the kernel's life
+    const uint32_t* step_totals;  // per counter: its increment per step
+    uint32_t token_off;        // arena offset of the sampled token (i32)
+
+    DeviceControl* control;
+    Mailbox* mailbox;          // mapped pinned memory (device pointer)
+    bool resident;             // loop over posted commands; else run `command` once and end
+    Command command;           // the single command of a stepwise launch
+    uint64_t watchdog_ns;
+
+    uint32_t n_pages, page_bytes;  // pages per SM
+    uint32_t scratch_bytes;
+
+    TraceRecord* trace;        // null: no trace; else (trace_steps, n_instructions) records
+    uint32_t trace_steps;
+    uint32_t n_instructions;
+};
+
+// Shared memory one block needs beside its pages and scratch (barriers, page rings, command copy).
+uint32_t interpreter_overhead_bytes();
+// 8 warps in all: the register file is split over 4 schedulers, so a 9th warp would cap every thread at 168
+// registers (3 warps on one quarter) and the all-ops kernel would spill.
+inline constexpr uint32_t kInterpreterConsumerWarps = 7;
+inline constexpr uint32_t kInterpreterThreads = 32 * (1 + kInterpreterConsumerWarps);
+
+// Launches the kernel cooperatively (grid = params.n_sms, one block per SM) on `stream` (a cudaStream_t).
+// Returns "" or the CUDA error text (a grid that cannot be co-resident is refused by the launch).
+std::string launch_interpreter(const InterpreterParams& params, void* stream);
+
+}  // namespace mk

@@ -1,0 +1,162 @@
+// The kernel-per-op baseline (`--backend cuda-kernels`): the same schedule's instructions, in their
+// sequential order, launched as one ordinary kernel per op stage (a stage: consecutive instructions
+// of one op signalling one counter, which never depend on each other), optionally captured once into
+// a CUDA graph and replayed every step. It is what the megakernel's claims are measured against.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "instructions/sample/sampling.hpp"
+#include "models/error.hpp"
+#include "runtime/cuda/cuda_program.hpp"
+#include "runtime/cuda/device_state.hpp"
+#include "runtime/cuda/op_kernels.hpp"
+
+namespace mk {
+
+namespace {
+
+constexpr uint32_t kBaselineThreads = 256;
+
+class KernelsProgram final : public Program {
+public:
+    KernelsProgram(const Model& model, Schedule schedule, const CudaKernelsOptions& options)
+        : options_(options), state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
+        order_stages();
+        check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+        check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 2 * sizeof(int32_t)), "step state");
+        step_state_ = DeviceBuffer(2 * sizeof(int32_t), "step state");
+        scratch_bytes_ = 4 * (state_->schedule.dims.d_model + 1024);
+    }
+    ~KernelsProgram() override {
+        if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+        if (stream_) cudaStreamSynchronize(stream_);
+        cudaStreamDestroy(stream_);
+        cudaFreeHost(host_step_);
+    }
+
+    int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
+        if (pos < 0 || uint32_t(pos) >= state_->ctx_len) fail("position {} is outside the context of {} tokens", pos, state_->ctx_len);
+        if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
+        if (token < 0 || uint32_t(token) >= state_->schedule.dims.vocab)
+            fail("token id {} is outside the vocabulary ({})", token, state_->schedule.dims.vocab);
+        host_step_[0] = pos;
+        host_step_[1] = token;
+        check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+                   "posting the step");
+        if (options_.graph) {
+            if (!graph_exec_) capture();
+            check_cuda(cudaGraphLaunch(graph_exec_, stream_), "replaying the step's graph");
+        } else {
+            launch_stages();
+        }
+        int32_t sampled = 0;
+        check_cuda(cudaMemcpyAsync(host_step_, state_->arena.as<uint8_t>() + state_->schedule.token_off, sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "reading the token");
+        check_cuda(cudaStreamSynchronize(stream_), "the step's kernels");
+        sampled = host_step_[0];
+        logits_valid_ = false;
+        if (!(params.temperature <= 0.0f && params.repeat_penalty == 1.0f)) {
+            const std::span<const float> z = logits();
+            sampled = sample_token(z.data(), uint32_t(z.size()), params, history.data(), int32_t(history.size()), pos);
+        }
+        ++next_pos_;
+        return sampled;
+    }
+
+    std::span<const float> logits() const override {
+        if (!logits_valid_) {
+            logits_.resize(state_->schedule.dims.vocab);
+            check_cuda(cudaMemcpy(logits_.data(), state_->arena.as<uint8_t>() + state_->schedule.logits_off,
+                                  4ull * logits_.size(), cudaMemcpyDeviceToHost),
+                       "reading the logits");
+            logits_valid_ = true;
+        }
+        return {logits_.data(), logits_.size()};
+    }
+    void reset() override { next_pos_ = 0; }
+    const Schedule& schedule() const override { return state_->schedule; }
+    uint32_t ctx_len() const override { return state_->ctx_len; }
+    const char* backend_name() const override { return options_.graph ? "cuda-kernels-graph" : "cuda-kernels"; }
+    uint32_t n_threads() const override { return 1; }
+
+private:
+    // Every instruction in sequential (seq) order, its tiles with it, cut into stages.
+    void order_stages() {
+        const UploadLayout& layout = state_->layout;
+        std::vector<uint32_t> order(layout.instructions.size());
+        std::iota(order.begin(), order.end(), 0u);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](uint32_t a, uint32_t b) { return layout.instructions[a].seq < layout.instructions[b].seq; });
+        std::vector<Instruction> instructions;
+        std::vector<uint32_t> tile_begin;
+        std::vector<DeviceTile> tiles;
+        for (uint32_t k = 0; k < order.size(); ++k) {
+            const Instruction& ins = layout.instructions[order[k]];
+            const bool new_stage = k == 0 || ins.opcode != instructions.back().opcode ||
+                                   ins.n_signals == 0 || instructions.back().n_signals == 0 ||
+                                   ins.signals[0].counter != instructions.back().signals[0].counter;
+            if (new_stage) stage_begin_.push_back(k);
+            instructions.push_back(ins);
+            tile_begin.push_back(uint32_t(tiles.size()));
+            tiles.insert(tiles.end(), layout.tiles.begin() + layout.tile_begin[order[k]],
+                         layout.tiles.begin() + layout.tile_begin[order[k] + 1]);
+        }
+        stage_begin_.push_back(uint32_t(order.size()));
+        tile_begin.push_back(uint32_t(tiles.size()));
+        instructions_ = DeviceBuffer(std::max<size_t>(1, instructions.size()) * sizeof(Instruction), "instructions");
+        instructions_.upload(instructions.data(), instructions.size() * sizeof(Instruction), "instructions");
+        tile_begin_ = DeviceBuffer(tile_begin.size() * sizeof(uint32_t), "tile index");
+        tile_begin_.upload(tile_begin.data(), tile_begin.size() * sizeof(uint32_t), "tile index");
+        tiles_ = DeviceBuffer(std::max<size_t>(1, tiles.size()) * sizeof(DeviceTile), "tiles");
+        tiles_.upload(tiles.data(), tiles.size() * sizeof(DeviceTile), "tiles");
+    }
+
+    void launch_stages() {
+        for (size_t s = 0; s + 1 < stage_begin_.size(); ++s) {
+            BatchLaunch b{};
+            b.instructions = instructions_.as<Instruction>() + stage_begin_[s];
+            b.tile_begin = tile_begin_.as<uint32_t>() + stage_begin_[s];
+            b.tiles = tiles_.as<DeviceTile>();
+            b.weight_blob = state_->blob.as<uint8_t>();
+            b.ctx = state_->ctx;
+            b.step_state = step_state_.as<int32_t>();
+            b.count = stage_begin_[s + 1] - stage_begin_[s];
+            b.threads = kBaselineThreads;
+            b.scratch_bytes = scratch_bytes_;
+            check_cuda(launch_instruction_batch(b, stream_), "launching an op stage");
+        }
+    }
+
+    void capture() {
+        cudaGraph_t graph = nullptr;
+        check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing the step");
+        launch_stages();
+        check_cuda(cudaStreamEndCapture(stream_, &graph), "capturing the step");
+        const cudaError_t status = cudaGraphInstantiate(&graph_exec_, graph, 0);
+        cudaGraphDestroy(graph);
+        check_cuda(status, "instantiating the step's graph");
+    }
+
+    CudaKernelsOptions options_;
+    std::unique_ptr<DeviceState> state_;
+    DeviceBuffer instructions_, tile_begin_, tiles_, step_state_;
+    std::vector<uint32_t> stage_begin_;
+    cudaStream_t stream_ = nullptr;
+    cudaGraphExec_t graph_exec_ = nullptr;
+    int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out
+    uint32_t scratch_bytes_ = 0;
+    uint32_t next_pos_ = 0;
+    mutable std::vector<float> logits_;
+    mutable bool logits_valid_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule, const CudaKernelsOptions& options) {
+    return std::make_unique<KernelsProgram>(model, std::move(schedule), options);
+}
+
+}  // namespace mk

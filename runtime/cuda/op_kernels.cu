@@ -1,0 +1,39 @@
+// The kernel-per-op baseline: block b runs instruction b of the batch with all its threads as one
+// team (named barrier 1), its tiles read in place from the weight blob.
+#include "runtime/cuda/op_kernels.hpp"
+
+#include "instructions/all_ops.cuh"
+#include "runtime/cuda/global_tiles.cuh"
+
+namespace mk {
+
+__global__ void __launch_bounds__(kBatchMaxThreads, 1)
+    run_instruction_batch(const Instruction* instructions, const uint32_t* tile_begin, const DeviceTile* tiles,
+                          const uint8_t* weight_blob, const int32_t* step_state, DeviceOpContext ctx) {
+    extern __shared__ float4 scratch[];  // float4: 16-byte aligned for row_dot's vector loads
+    ctx.scratch = reinterpret_cast<float*>(scratch);
+    ctx.pos = step_state[0];
+    ctx.token = step_state[1];
+    const uint32_t b = blockIdx.x;
+    const Team team{threadIdx.x, blockDim.x, 1};
+    GlobalTiles block_tiles(tiles + tile_begin[b], tile_begin[b + 1] - tile_begin[b], weight_blob);
+    run_device_op(instructions[b], ctx, team, block_tiles);
+}
+
+cudaError_t launch_instruction_batch(const BatchLaunch& launch, cudaStream_t stream) {
+    if (launch.count == 0) return cudaSuccess;
+    if (launch.threads == 0 || launch.threads % 32 || launch.threads > kBatchMaxThreads) return cudaErrorInvalidValue;
+    if (launch.scratch_bytes > 48 * 1024) {  // past the default, the kernel must opt in
+        const cudaError_t status = cudaFuncSetAttribute(
+            run_instruction_batch, cudaFuncAttributeMaxDynamicSharedMemorySize, int(launch.scratch_bytes));
+        if (status != cudaSuccess) return status;
+    }
+    DeviceOpContext ctx = launch.ctx;
+    ctx.scratch = nullptr;
+    ctx.scratch_floats = launch.scratch_bytes / 4;
+    run_instruction_batch<<<launch.count, launch.threads, launch.scratch_bytes, stream>>>(
+        launch.instructions, launch.tile_begin, launch.tiles, launch.weight_blob, launch.step_state, ctx);
+    return cudaGetLastError();
+}
+
+}  // namespace mk

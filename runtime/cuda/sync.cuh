@@ -1,0 +1,103 @@
+// The memory-model primitives every role uses, in one audited place:
+//  - producer: finish the stores (a team barrier, then a device-scope release increment);
+//  - consumer: acquire-load the counter until the epoch-relative target is met, then
+//    fence.proxy.async.global so bulk copies issued afterwards see what generic stores wrote;
+//  - every wait backs off with __nanosleep, polls the abort flags, and past the watchdog bound
+//    writes a fault record and raises the abort flag instead of hanging (never __trap).
+#pragma once
+#include <cuda/atomic>
+
+#include <cstdint>
+
+#include "runtime/cuda/control.hpp"
+
+namespace mk::cuda_sync {
+
+__device__ inline uint64_t global_timer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ inline uint64_t acquire_load(const uint64_t* counter) {
+    return cuda::atomic_ref<const uint64_t, cuda::thread_scope_device>(*counter).load(cuda::memory_order_acquire);
+}
+__device__ inline uint32_t acquire_load(const uint32_t* value) {
+    return cuda::atomic_ref<const uint32_t, cuda::thread_scope_device>(*value).load(cuda::memory_order_acquire);
+}
+__device__ inline void release_store(uint32_t* value, uint32_t v) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*value).store(v, cuda::memory_order_release);
+}
+// Called by one thread after a barrier of the team whose stores it publishes.
+__device__ inline void release_add(uint64_t* counter, uint64_t delta) {
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*counter).fetch_add(delta, cuda::memory_order_release);
+}
+// Generic-proxy writes seen through an acquire become visible to later async-proxy (bulk) reads.
+__device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// Mapped host memory: system-scope accesses (the host reads and writes it while the kernel runs).
+__device__ inline uint32_t system_load(const volatile uint32_t* value) {
+    return cuda::atomic_ref<const uint32_t, cuda::thread_scope_system>(*const_cast<const uint32_t*>(value))
+        .load(cuda::memory_order_acquire);
+}
+__device__ inline void system_store(volatile uint32_t* value, uint32_t v) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*const_cast<uint32_t*>(value)).store(v, cuda::memory_order_release);
+}
+
+// What a waiter needs to stop instead of hanging, and what it reports if it must.
+struct WaitGuard {
+    DeviceControl* control;
+    Mailbox* mailbox;     // null in tests without a host mailbox
+    uint64_t bound_ns;    // 0: wait forever (idle waits for the next command)
+    uint32_t sm, index, opcode, epoch;
+};
+
+__device__ inline bool aborted(const WaitGuard& g) {
+    return acquire_load(&g.control->abort) != 0 || (g.mailbox && system_load(&g.mailbox->host_abort) != 0);
+}
+
+// Writes the fault record once (the first claimant) and raises the abort flag.
+__device__ inline void raise_fault(const WaitGuard& g, uint32_t flag, uint32_t counter, uint64_t value, uint64_t target,
+                                   uint64_t waited_ns) {
+    if (atomicCAS(&g.control->fault_claimed, 0u, 1u) == 0u && g.mailbox) {
+        FaultRecord& f = g.mailbox->fault;
+        f.sm = g.sm;
+        f.index = g.index;
+        f.opcode = g.opcode;
+        f.counter = counter;
+        f.epoch = g.epoch;
+        f.value = value;
+        f.target = target;
+        f.waited_ns = waited_ns;
+        __threadfence_system();
+        system_store(&f.flag, flag);
+    }
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(g.control->abort).store(1u, cuda::memory_order_release);
+}
+
+// Waits until *value >= target. Returns false when the run is aborted (by this wait's watchdog or anyone).
+template <typename T>
+__device__ inline bool wait_at_least(const T* value, T target, const WaitGuard& g, uint32_t counter_id) {
+    if (acquire_load(value) >= target) return true;
+    const uint64_t start = global_timer_ns();
+    uint32_t sleep_ns = 32;
+    for (uint32_t spin = 1;; ++spin) {
+        const T now = acquire_load(value);
+        if (now >= target) return true;
+        __nanosleep(sleep_ns);
+        sleep_ns = sleep_ns < 1024 ? sleep_ns * 2 : 1024;
+        if (spin % 16 == 0) {
+            if (aborted(g)) {
+                if (g.mailbox && system_load(&g.mailbox->host_abort) != 0) raise_fault(g, 2, counter_id, now, target, 0);
+                return false;
+            }
+            const uint64_t waited = global_timer_ns() - start;
+            if (g.bound_ns != 0 && waited > g.bound_ns) {
+                raise_fault(g, 1, counter_id, uint64_t(now), uint64_t(target), waited);
+                return false;
+            }
+        }
+    }
+}
+
+}  // namespace mk::cuda_sync

@@ -1,0 +1,79 @@
+// The upload layout (see upload_layout.hpp).
+#include "runtime/cuda/upload_layout.hpp"
+
+#include <cstring>
+
+#include "models/error.hpp"
+#include "runtime/cuda/page_ring.hpp"
+
+namespace mk {
+
+WeightBlob build_weight_blob(const std::vector<WeightRef>& refs) {
+    WeightBlob blob;
+    blob.offsets.assign(refs.size(), WeightBlob::kAbsent);
+    blob.weights.assign(refs.size(), DeviceWeight{});
+    uint64_t size = 0;
+    for (size_t id = 0; id < refs.size(); ++id) {
+        const WeightRef& w = refs[id];
+        if (w.data == nullptr) continue;
+        if (w.rows > 1 && w.row_bytes % kDeviceRowAlign)
+            fail("weight {}: rows of {} bytes are not {}-byte aligned; the CUDA backend needs a schedule compiled "
+                 "with padded rows", id, w.row_bytes, kDeviceRowAlign);
+        if (w.row_bytes > UINT32_MAX) fail("weight {}: a row of {} bytes is too long", id, w.row_bytes);
+        size = (size + 255) / 256 * 256;
+        blob.offsets[id] = size;
+        blob.weights[id] = {nullptr, uint32_t(w.dtype), w.rows, w.cols, uint32_t(w.row_bytes)};
+        size += uint64_t(w.rows) * w.row_bytes;
+    }
+    try {
+        blob.bytes.assign(size, 0);
+    } catch (const std::bad_alloc&) {
+        fail("cannot allocate {} bytes of host memory to repack the weights", size);
+    }
+    for (size_t id = 0; id < refs.size(); ++id)
+        if (refs[id].data) std::memcpy(blob.bytes.data() + blob.offsets[id], refs[id].data, uint64_t(refs[id].rows) * refs[id].row_bytes);
+    return blob;
+}
+
+std::vector<DeviceWeight> device_weights(const WeightBlob& blob, const uint8_t* base) {
+    std::vector<DeviceWeight> out = blob.weights;
+    for (size_t id = 0; id < out.size(); ++id)
+        if (blob.offsets[id] != WeightBlob::kAbsent) out[id].data = base + blob.offsets[id];
+    return out;
+}
+
+UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prepared, const WeightBlob& blob) {
+    UploadLayout out;
+    out.stream_begin.push_back(0);
+    for (uint32_t sm = 0; sm < prepared.streams.size(); ++sm) {
+        for (const PreparedInstruction& p : prepared.streams[sm]) {
+            const PagePlan& plan = *p.plan;
+            if (plan.n_pages > PageRing::kMaxPages)
+                fail("{}: the page plan holds {} pages, the CUDA kernel at most {}", p.op->describe(*p.ins),
+                     plan.n_pages, PageRing::kMaxPages);
+            out.instructions.push_back(*p.ins);
+            out.tile_begin.push_back(uint32_t(out.tiles.size()));
+            out.release_begin.push_back(uint32_t(out.release_order.size()));
+            for (const Tile& t : plan.tiles) {
+                const DeviceWeight& w = blob.weights.at(t.weight);
+                const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * w.row_bytes;
+                if (blob.offsets[t.weight] == WeightBlob::kAbsent || src % kDeviceRowAlign || t.bytes % kDeviceRowAlign ||
+                    t.bytes > UINT32_MAX)
+                    fail("{}: tile of weight {} rows [{}, {}) ({} bytes at offset {}) is not a 16-byte bulk copy",
+                         p.op->describe(*p.ins), t.weight, t.row_begin, t.row_begin + t.n_rows, t.bytes, src);
+                out.tiles.push_back({src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows});
+                out.max_tile_bytes = std::max(out.max_tile_bytes, t.bytes);
+            }
+            for (uint32_t slot : plan.release_order) out.release_order.push_back(uint8_t(slot));
+            out.max_pages = std::max(out.max_pages, plan.n_pages);
+        }
+        out.stream_begin.push_back(uint32_t(out.instructions.size()));
+    }
+    out.tile_begin.push_back(uint32_t(out.tiles.size()));
+    out.release_begin.push_back(uint32_t(out.release_order.size()));
+    if (out.max_tile_bytes > s.target.page_bytes)
+        fail("a tile of {} bytes does not fit the target's {}-byte pages", out.max_tile_bytes, s.target.page_bytes);
+    return out;
+}
+
+}  // namespace mk

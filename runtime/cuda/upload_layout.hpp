@@ -1,0 +1,44 @@
+// What the CUDA backend uploads, built and checked on the host (and tested on the CPU): the weights
+// as one blob of 16-byte-aligned rows, and the schedule as flat arrays the kernel indexes — every
+// stream's instructions, each instruction's tiles (source offset, bytes, rows) and page release order.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "instructions/device.cuh"
+#include "runtime/cpu/prepare.hpp"
+#include "runtime/model_weights.hpp"
+
+namespace mk {
+
+inline constexpr uint32_t kDeviceRowAlign = 16;  // bulk copies move multiples of 16 bytes from 16-byte addresses
+
+struct WeightBlob {
+    std::vector<uint8_t> bytes;
+    std::vector<uint64_t> offsets;      // by weight id; kAbsent for weights the model lacks
+    std::vector<DeviceWeight> weights;  // by weight id, data relative to the blob's start (see device_weights)
+    static constexpr uint64_t kAbsent = ~uint64_t(0);
+};
+
+// Copies every bound weight into one blob, each at a 256-byte boundary. Throws mk::Error when a matrix's
+// row stride is not a multiple of kDeviceRowAlign (compile the schedule with padded_row_formats).
+WeightBlob build_weight_blob(const std::vector<WeightRef>& refs);
+// The weight table with pointers into a copy of the blob at `base` (the device's, once uploaded).
+std::vector<DeviceWeight> device_weights(const WeightBlob& blob, const uint8_t* base);
+
+struct UploadLayout {
+    std::vector<Instruction> instructions;  // stream 0's, then stream 1's, ...
+    std::vector<uint32_t> stream_begin;     // n_sms + 1: stream s is instructions [begin[s], begin[s+1])
+    std::vector<uint32_t> tile_begin;       // n_instructions + 1, into tiles
+    std::vector<DeviceTile> tiles;
+    std::vector<uint32_t> release_begin;    // n_instructions + 1, into release_order
+    std::vector<uint8_t> release_order;     // each instruction's page slots in the order it frees them
+    uint32_t max_pages = 0;                 // the most pages one instruction holds
+    uint64_t max_tile_bytes = 0;
+};
+
+// Flattens a prepared schedule (prepare_schedule validated it) against the blob's offsets.
+// Throws mk::Error for a tile that is not a legal bulk copy or a page plan over PageRing::kMaxPages.
+UploadLayout build_upload_layout(const Schedule& schedule, const PreparedSchedule& prepared, const WeightBlob& blob);
+
+}  // namespace mk

@@ -1,0 +1,206 @@
+// The CUDA backends on a real GPU (tag [cuda]: never run by ctest here; tools/gpu-check.sh runs
+// them stage by stage on a lent H200). Every GPU result is checked against the CPU backend on the
+// same synthetic model: teacher-forced logits, greedy tokens where the margin is clear, and the
+// resident device-side loop against the stepwise mode.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "models/error.hpp"
+#include "models/model.hpp"
+#include "models/synthetic.hpp"
+#include "runtime/api/backend.hpp"
+#include "runtime/cuda/cuda_program.hpp"
+#include "runtime/cuda/probe.hpp"
+#include "scheduler/compile.hpp"
+
+namespace mk {
+namespace {
+
+std::filesystem::path work_dir() {
+    const char* env = std::getenv("MK_CUDA_TEST_DIR");
+    std::filesystem::path dir = env && *env ? env : std::filesystem::temp_directory_path() / "mk-cuda-tests";
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+Model synthetic(const std::string& spec) {
+    std::string file = spec;
+    for (char& c : file)
+        if (c == ':' || c == '=') c = '_';
+    const auto path = work_dir() / (file + ".gguf");
+    if (!std::filesystem::exists(path)) write_synthetic_model(parse_synthetic_spec(spec), path);
+    return load_model(path);
+}
+
+std::unique_ptr<Program> program_for(const Model& model, const std::string& backend, bool stepwise = false,
+                                     bool graph = false) {
+    api::BackendOptions o;
+    o.backend = backend;
+    o.stepwise = stepwise;
+    o.graph = graph;
+    o.ctx_len = 512;
+    o.threads = std::max(1u, std::thread::hardware_concurrency());
+    return make_program(model, o);
+}
+
+std::vector<int32_t> test_tokens(const Model& model, int n) {
+    std::vector<int32_t> out;
+    for (int p = 0; p < n; ++p) out.push_back(int32_t((uint64_t(p) * 7919 + 13) % uint64_t(model.config.vocab_size)));
+    return out;
+}
+
+std::vector<std::vector<float>> teacher_forced(Program& program, const std::vector<int32_t>& tokens) {
+    std::vector<std::vector<float>> out;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        program.step(tokens[p], int32_t(p), {}, {});
+        out.emplace_back(program.logits().begin(), program.logits().end());
+    }
+    return out;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+        diff += double(a[i] - b[i]) * (a[i] - b[i]);
+        norm += double(b[i]) * b[i];
+    }
+    return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// Logits within `tol` (rel. L2) at every step; the argmax equal wherever the reference's top-2 margin
+// exceeds 5 * tol * rms(logits) (random weights give near-ties that a rounding difference may flip).
+void check_against(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want, double tol,
+                   const std::string& what) {
+    REQUIRE(got.size() == want.size());
+    double worst = 0;
+    for (size_t p = 0; p < want.size(); ++p) {
+        const double err = rel_l2(got[p], want[p]);
+        worst = std::max(worst, err);
+        INFO(what << " step " << p);
+        CHECK(err <= tol);
+        std::vector<float> sorted = want[p];
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        double rms = 0;
+        for (float v : want[p]) rms += double(v) * v;
+        rms = std::sqrt(rms / double(want[p].size()));
+        if (sorted[0] - sorted[1] > 5 * tol * rms) {
+            const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+            CHECK(argmax(got[p]) == argmax(want[p]));
+        }
+    }
+    WARN(what << ": worst rel. L2 vs CPU " << worst);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA smoke: the device is usable and one step matches the CPU", "[cuda][smoke]") {
+    const cuda::DeviceProbe probe = cuda::probe_device();
+    INFO(probe.message);
+    REQUIRE(probe.available);
+    REQUIRE(probe.kernel_ran);
+    WARN(probe.name << ": " << probe.sm_count << " SMs, " << probe.smem_optin_bytes << " bytes opt-in shared memory");
+    Model model = synthetic("synthetic:tiny-llama:f32:seed=21");
+    const std::vector<int32_t> tokens = test_tokens(model, 3);
+    auto cpu = program_for(model, "cpu");
+    const auto want = teacher_forced(*cpu, tokens);
+    for (bool stepwise : {true, false}) {
+        auto gpu = program_for(model, "cuda", stepwise);
+        check_against(teacher_forced(*gpu, tokens), want, 1e-4, stepwise ? "tiny f32 stepwise" : "tiny f32 resident");
+    }
+}
+
+TEST_CASE("CUDA smoke: the watchdog ends an unmeetable wait with a fault report, not a hang", "[cuda][smoke]") {
+    Model model = synthetic("synthetic:tiny-llama:f32:seed=21");
+    api::BackendOptions o;
+    o.backend = "cuda";
+    Schedule s = resolve_schedule(model, o);
+    bool broken = false;
+    for (auto& stream : s.streams)
+        for (Instruction& ins : stream)
+            if (!broken && ins.n_waits > 0) {
+                ins.waits[0].target += 1000000;  // never reached
+                broken = true;
+            }
+    REQUIRE(broken);
+    for (bool stepwise : {false, true}) {
+        CudaProgramOptions co;
+        co.watchdog_ms = 300;
+        co.stepwise = stepwise;
+        auto program = make_cuda_program(model, s, co);
+        const auto t0 = std::chrono::steady_clock::now();
+        CHECK_THROWS_WITH(program->step(1, 0, {}, {}), Catch::Contains("CUDA watchdog") && Catch::Contains("counter"));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        CHECK(seconds < 10.0);
+    }
+    // The CUDA context is not poisoned: a correct program still runs.
+    auto good = program_for(model, "cuda");
+    CHECK_NOTHROW(good->step(1, 0, {}, {}));
+}
+
+TEST_CASE("CUDA forward: every CUDA mode matches the CPU backend, teacher-forced", "[cuda][forward]") {
+    const std::string specs[] = {"synthetic:smollm2-135m:bf16:seed=22", "synthetic:llama-3.2-1b:bf16:layers=4:seed=23",
+                                 "synthetic:smollm2-135m:q8_0:layers=6:seed=24",
+                                 "synthetic:smollm2-135m:q4_1:layers=6:seed=25"};
+    for (const std::string& spec : specs) {
+        Model model = synthetic(spec);
+        const std::vector<int32_t> tokens = test_tokens(model, 12);
+        auto cpu = program_for(model, "cpu");
+        const auto want = teacher_forced(*cpu, tokens);
+        struct Mode {
+            const char* name;
+            const char* backend;
+            bool stepwise, graph;
+        };
+        for (const Mode& m : {Mode{"resident", "cuda", false, false}, Mode{"stepwise", "cuda", true, false},
+                              Mode{"kernels", "cuda-kernels", false, false}, Mode{"graph", "cuda-kernels", false, true}}) {
+            auto gpu = program_for(model, m.backend, m.stepwise, m.graph);
+            check_against(teacher_forced(*gpu, tokens), want, 1e-2, spec + " " + m.name);
+        }
+    }
+}
+
+TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise mode", "[cuda][resident]") {
+    Model model = synthetic("synthetic:smollm2-135m:bf16:layers=8:seed=26");
+    const std::vector<int32_t> prompt = test_tokens(model, 8);
+    api::BackendOptions o;
+    o.backend = "cuda";
+    o.ctx_len = 512;
+    const Schedule s = resolve_schedule(model, o);
+
+    CudaProgramOptions resident_options;
+    resident_options.ctx_len = 512;
+    auto resident = make_cuda_program(model, s, resident_options);
+    std::vector<int32_t> streamed;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int32_t> generated = resident->generate(prompt, 128, {}, [&](int32_t t) { streamed.push_back(t); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    WARN("resident generate: 8 prompt + 128 new tokens in " << seconds * 1000 << " ms");
+    CHECK(streamed == generated);
+    REQUIRE(generated.size() == 128);
+
+    CudaProgramOptions stepwise_options = resident_options;
+    stepwise_options.stepwise = true;
+    auto stepwise = make_cuda_program(model, s, stepwise_options);
+    std::vector<int32_t> expected;
+    int32_t next = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
+    for (int32_t p = int32_t(prompt.size()); expected.size() < 128; ++p) {
+        expected.push_back(next);
+        if (expected.size() < 128) next = stepwise->step(next, p, {}, {});
+    }
+    CHECK(generated == expected);
+
+    // A stop token ends the device-side run early, and the program carries on from where it stopped.
+    auto stopping = make_cuda_program(model, s, resident_options);
+    const std::vector<int32_t> stop = {expected[5]};
+    const auto first = std::find(expected.begin(), expected.end(), expected[5]);
+    CHECK(stopping->generate(prompt, 128, stop, {}) == std::vector<int32_t>(expected.begin(), first + 1));
+}
+
+}  // namespace mk

@@ -1,0 +1,178 @@
+// Each op's CUDA code against its CPU code, instruction by instruction (tag [cuda][ops]): the same
+// random activations and KV cache on both sides, the instruction's output regions poisoned with NaN
+// first, then every region it writes compared (relative error by weight type).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include <cuda_runtime_api.h>
+
+#include "instructions/registry.hpp"
+#include "models/model.hpp"
+#include "models/synthetic.hpp"
+#include "runtime/api/backend.hpp"
+#include "runtime/cpu/tile_readers.hpp"
+#include "runtime/cuda/device_state.hpp"
+#include "runtime/cuda/op_kernels.hpp"
+
+namespace mk {
+namespace {
+
+struct HostMemory {
+    std::vector<uint8_t> arena;
+    std::vector<float> k_cache, v_cache;
+};
+
+// The bytes of one written region: arena bytes, or the KV-cache elements of its slots at `pos`.
+std::vector<float> region(const HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos) {
+    std::vector<float> out;
+    if (a.space == Space::arena) {
+        out.resize((a.end - a.begin) / 4);
+        std::memcpy(out.data(), m.arena.data() + a.begin, out.size() * 4);
+        return out;
+    }
+    const std::vector<float>& cache = a.space == Space::k_cache ? m.k_cache : m.v_cache;
+    for (uint64_t slot = a.begin; slot < a.end; ++slot) {
+        const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
+        const uint64_t head = within / d.head_dim, dim = within % d.head_dim;
+        out.push_back(cache[((layer * d.n_kv_heads + head) * ctx_len + uint64_t(pos)) * d.head_dim + dim]);
+    }
+    return out;
+}
+
+void poison(HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos) {
+    const float nan = std::nanf("");
+    if (a.space == Space::arena) {
+        for (uint64_t b = a.begin; b + 4 <= a.end; b += 4) std::memcpy(m.arena.data() + b, &nan, 4);
+        return;
+    }
+    std::vector<float>& cache = a.space == Space::k_cache ? m.k_cache : m.v_cache;
+    for (uint64_t slot = a.begin; slot < a.end; ++slot) {
+        const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
+        const uint64_t head = within / d.head_dim, dim = within % d.head_dim;
+        cache[((layer * d.n_kv_heads + head) * ctx_len + uint64_t(pos)) * d.head_dim + dim] = nan;
+    }
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+    double scale = 0, worst = 0;
+    for (float w : want) scale = std::max(scale, double(std::fabs(w)));
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isnan(got[i]) != std::isnan(want[i])) return INFINITY;  // an output left unwritten, or NaN made up
+        if (!std::isnan(want[i])) worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / std::max(scale, 1e-30));
+    }
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][ops]") {
+    struct Case {
+        const char* spec;
+        double tol;
+    };
+    for (const Case& c : {Case{"synthetic:tiny-llama:f32:seed=31", 1e-5}, Case{"synthetic:tiny-qwen2:f32:seed=32", 1e-5},
+                          Case{"synthetic:tiny-qwen3:f32:seed=33", 1e-5},
+                          Case{"synthetic:smollm2-135m:bf16:layers=2:seed=34", 1e-2},
+                          Case{"synthetic:smollm2-135m:q8_0:layers=2:seed=35", 1e-2},
+                          Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=36", 1e-2}}) {
+        const auto path = std::filesystem::temp_directory_path() / (std::string("mk_ops_") + std::to_string(c.tol) +
+                                                                      std::to_string(std::hash<std::string>{}(c.spec)) + ".gguf");
+        write_synthetic_model(parse_synthetic_spec(c.spec), path);
+        Model model = load_model(path);
+        api::BackendOptions o;
+        o.backend = "cuda";
+        const uint32_t ctx_len = 64;
+        std::unique_ptr<DeviceState> state = upload_program_state(model, resolve_schedule(model, o), ctx_len);
+        const Schedule& s = state->schedule;
+        const ModelDims& d = s.dims;
+        ModelWeights weights = bind_weights(model, s);
+
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        HostMemory start;
+        start.arena.resize(s.arena_bytes + 16);
+        for (size_t i = 0; i + 4 <= start.arena.size(); i += 4) {
+            const float v = uniform(rng);
+            std::memcpy(start.arena.data() + i, &v, 4);
+        }
+        const size_t cache_floats = size_t(d.n_layers) * d.kv_dim() * ctx_len;
+        for (auto* cache : {&start.k_cache, &start.v_cache}) {
+            cache->resize(cache_floats);
+            for (float& v : *cache) v = uniform(rng);
+        }
+        const int32_t pos = 37, token = 5;
+        DeviceBuffer step_state(8, "step state");
+        const int32_t host_step[2] = {pos, token};
+        step_state.upload(host_step, 8, "step state");
+
+        std::map<uint16_t, int> tried;
+        for (uint32_t sm = 0; sm < s.streams.size(); ++sm)
+            for (uint32_t i = 0; i < s.streams[sm].size(); ++i) {
+                const PreparedInstruction& p = state->prepared.streams[sm][i];
+                if (tried[p.ins->opcode]++ >= 3) continue;  // three instructions of each op per model
+                const OpInfo& op = *p.op;
+                INFO(c.spec << ": " << op.describe(*p.ins));
+                const std::vector<Access> writes = [&] {
+                    std::vector<Access> w;
+                    for (const Access& a : op.accesses(*p.ins, d))
+                        if (a.write) w.push_back(a);
+                    return w;
+                }();
+                HostMemory cpu = start, gpu = start;
+                for (const Access& a : writes) {
+                    poison(cpu, a, d, ctx_len, pos);
+                    poison(gpu, a, d, ctx_len, pos);
+                }
+                // CPU.
+                StepState step;
+                step.pos = pos;
+                step.token = token;
+                DirectTileReader reader;
+                reader.begin(*p.plan, weights.refs.data());
+                OpContext ctx;
+                ctx.dims = &d;
+                ctx.rope_inv_freq = weights.rope_inv_freq.data();
+                ctx.arena = cpu.arena.data();
+                ctx.weights = weights.refs.data();
+                ctx.k_cache = cpu.k_cache.data();
+                ctx.v_cache = cpu.v_cache.data();
+                ctx.ctx_len = ctx_len;
+                ctx.step = &step;
+                ctx.plan = p.plan;
+                ctx.tiles = &reader;
+                op.run_cpu(*p.ins, ctx);
+                // GPU: the same instruction as a batch of one.
+                state->arena.upload(gpu.arena.data(), gpu.arena.size(), "arena");
+                state->k_cache.upload(gpu.k_cache.data(), 4 * cache_floats, "K cache");
+                state->v_cache.upload(gpu.v_cache.data(), 4 * cache_floats, "V cache");
+                BatchLaunch b{};
+                b.instructions = state->instructions.as<Instruction>() + p.flat;
+                b.tile_begin = state->tile_begin.as<uint32_t>() + p.flat;
+                b.tiles = state->tiles.as<DeviceTile>();
+                b.weight_blob = state->blob.as<uint8_t>();
+                b.ctx = state->ctx;
+                b.step_state = step_state.as<int32_t>();
+                b.count = 1;
+                b.threads = kBatchMaxThreads;
+                b.scratch_bytes = 4 * (d.d_model + 1024);
+                check_cuda(launch_instruction_batch(b, nullptr), "launching the op");
+                check_cuda(cudaDeviceSynchronize(), "running the op");
+                check_cuda(cudaMemcpy(gpu.arena.data(), state->arena.as<void>(), gpu.arena.size(), cudaMemcpyDeviceToHost), "arena");
+                check_cuda(cudaMemcpy(gpu.k_cache.data(), state->k_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "K");
+                check_cuda(cudaMemcpy(gpu.v_cache.data(), state->v_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "V");
+                for (const Access& a : writes) {
+                    const double err =
+                        max_rel_error(region(gpu, a, d, ctx_len, pos), region(cpu, a, d, ctx_len, pos));
+                    INFO("region [" << a.begin << ", " << a.end << ") of space " << int(a.space));
+                    CHECK(err <= c.tol);
+                }
+            }
+        CHECK(tried.size() == size_t(Opcode::count));
+    }
+}
+
+}  // namespace mk

@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# The GPU checks in one call on a lent H200, smallest first: smoke, ops, forward, resident (+ the HF
+# check), bench. Every stage has its own time limit (together under 8 minutes); logs and the closing
+# tables go to $OUT (./gpu-check-out when unset). Exit 1 when a stage failed. See README "GPU check".
+#
+#   tools/gpu-check.sh [--only STAGE[,STAGE]]... [--stop-on-failure] [--build] [--bin DIR]
+#   tools/gpu-check.sh --dry-run [--bin DIR]   everything but GPU launches (CI runs this)
+#   tools/gpu-check.sh --pack                  fill build/gpu-carry/ from a local Release CUDA build
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+self="$root/tools/gpu-check.sh"
+carry="$root/build/gpu-carry"
+gpu_build="$root/build/gpu"
+all_stages=(smoke ops forward resident bench)
+# The benchmark model: synthetic:SHAPE:DTYPE$KEYS (MK_GPU_BENCH_KEYS=":layers=2" for a quick try).
+bench_shape=${MK_GPU_BENCH_SHAPE:-llama-3.2-1b} bench_keys=${MK_GPU_BENCH_KEYS:-}
+declare -A stage_limit_s=([smoke]=30 [ops]=60 [forward]=100 [resident]=75 [bench]=200)
+declare -A stage_about=([smoke]="nvidia-smi, mk devices, [cuda][smoke]" [ops]="[cuda][ops]" \
+  [forward]="[cuda][forward]" [resident]="[cuda][resident], the HF transformers check, each CLI mode" \
+  [bench]="copy bandwidth, mk bench of synthetic:$bench_shape (cuda, cuda-kernels, --graph), torch eager/compiled")
+jobs=${MK_JOBS:-$(nproc)}
+
+usage() {
+  sed -n '2,8p' "$self" | sed 's/^# \{0,1\}//'
+  echo "stages: ${all_stages[*]} (limits: $(for s in "${all_stages[@]}"; do printf '%s %ss ' "$s" "${stage_limit_s[$s]}"; done))"
+}
+
+args=("$@")
+only=() dry_run=0 build=0 pack=0 stop_on_failure=0 bin_dir=""
+while (($#)); do
+  case $1 in
+    --only) [[ $# -ge 2 ]] || { echo "gpu-check: --only needs a stage" >&2; exit 2; }
+      IFS=, read -ra parts <<<"$2"; only+=("${parts[@]}"); shift 2 ;;
+    --only=*) IFS=, read -ra parts <<<"${1#--only=}"; only+=("${parts[@]}"); shift ;;
+    --dry-run) dry_run=1; shift ;;
+    --build) build=1; shift ;;
+    --pack) pack=1; shift ;;
+    --stop-on-failure) stop_on_failure=1; shift ;;
+    --bin) [[ $# -ge 2 ]] || { echo "gpu-check: --bin needs a folder" >&2; exit 2; }
+      bin_dir=$(cd "$2" 2>/dev/null && pwd) || { echo "gpu-check: --bin $2: no such folder" >&2; exit 2; }; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+done
+for s in "${only[@]}"; do
+  [[ -n ${stage_limit_s[$s]:-} ]] || { echo "gpu-check: unknown stage '$s' (stages: ${all_stages[*]})" >&2; exit 2; }
+done
+
+# ---- --pack: Release CUDA build -> stripped mk, mk_cuda_tests and the header-only deps in build/gpu-carry ----
+pack_deps() {
+  # The GPU machine has none of our Debian packages; --build there finds these under deps/usr.
+  local pkg f n=0
+  for pkg in libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev catch2 libpcre2-dev; do
+    dpkg -L "$pkg" >/dev/null 2>&1 || { echo "gpu-check: --pack: package $pkg is not installed (tools/setup.sh)" >&2; return 1; }
+    while IFS= read -r f; do
+      case $f in /usr/share/doc/*|/usr/share/man/*|/usr/share/pkgconfig/*|*/pkgconfig/*) continue ;; esac
+      [[ -f $f && ! -L $f ]] || [[ -L $f && $f == *.so* ]] || continue
+      mkdir -p "$carry/deps$(dirname "$f")"
+      cp -a "$f" "$carry/deps$f"
+      n=$((n + 1))
+    done < <(dpkg -L "$pkg")
+  done
+  find "$carry/deps" -xtype l -delete  # links into packages not carried (libpcre2-8.so -> .so.0)
+  echo "gpu-check: --pack: $n dependency files in $carry/deps"
+}
+
+if ((pack)); then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # libstdc++ linked in, so the binaries run whatever the GPU machine's image carries.
+  cmake -S "$root" -B "$gpu_build" -G Ninja -DMK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DMK_BUILD_TESTS=ON \
+    -DMK_BUILD_BENCH=OFF -DMK_BUILD_EXAMPLES=OFF "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc" \
+    "${launcher[@]}" >/dev/null || exit 1
+  targets=(--target mk)
+  grep -q '^build mk_cuda_tests: phony' "$gpu_build/build.ninja" 2>/dev/null && targets+=(--target mk_cuda_tests)
+  cmake --build "$gpu_build" -j "$jobs" "${targets[@]}" || exit 1
+  rm -rf "$carry"
+  mkdir -p "$carry/bin"
+  for b in tools/mk tests/mk_cuda_tests; do
+    if [[ -x $gpu_build/$b ]]; then
+      strip --strip-unneeded -o "$carry/bin/$(basename "$b")" "$gpu_build/$b" || exit 1
+    else
+      echo "gpu-check: --pack: warning: $gpu_build/$b was not built (no such target yet?)" >&2
+    fi
+  done
+  pack_deps || exit 1
+  git -C "$root" describe --always --dirty >"$carry/commit" 2>/dev/null
+  size=$(du -sb "$carry" | cut -f1)
+  echo "gpu-check: --pack: $carry holds $((size / 1048576)) MiB:"
+  ls -l "$carry/bin"
+  if ((size > 48 * 1048576)); then
+    echo "gpu-check: --pack: error: $carry is over 48 MiB; the run tool carries 64 MiB with the whole tree" >&2
+    exit 1
+  fi
+  echo "gpu-check: --pack: now the device tool's run with command tools/gpu-check.sh and carry [\"build/gpu-carry\"]"
+  exit 0
+fi
+
+# ---- everything below logs to $OUT/gpu-check.log as well ----
+out=${OUT:-$root/gpu-check-out}
+mkdir -p "$out" || exit 2
+if [[ -z ${MK_GPU_CHECK_LOGGING:-} ]]; then
+  export MK_GPU_CHECK_LOGGING=1
+  "$self" "${args[@]}" 2>&1 | tee "$out/gpu-check.log"
+  exit "${PIPESTATUS[0]}"
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/mk-gpu-check.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export MK_CACHE="$work/cache" PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX="$work/pycache"
+export TORCHINDUCTOR_CACHE_DIR="$work/inductor"
+bench_jsonl="$out/bench.jsonl" stages_tsv="$work/stages.tsv"
+: >"$bench_jsonl"
+: >"$stages_tsv"
+echo "gpu-check: $(date -u +%FT%TZ) commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+  "carried build $(cat "$carry/commit" 2>/dev/null || echo '-'); out $out"
+
+# ---- binaries: --bin DIR, else the carried ones, else (with --build) a fresh build here ----
+find_bin() {  # NAME [DIR]: the first executable NAME under DIR's usual places
+  local name=$1 dir=${2:-} d
+  for d in "$dir/bin" "$dir/tools" "$dir/tests" "$dir"; do
+    [[ -n $dir && -x $d/$name && -f $d/$name ]] && { echo "$d/$name"; return 0; }
+  done
+  return 1
+}
+runnable() {  # BIN: exists, every library resolves, and it starts
+  [[ -x $1 ]] || { echo "missing"; return 1; }
+  local missing
+  missing=$(ldd "$1" 2>&1 | grep "not found")
+  [[ -z $missing ]] || { echo "libraries not found: $(echo "$missing" | tr -s ' \t\n' ' ')"; return 1; }
+  "$1" --help >/dev/null 2>&1 || { echo "'$1 --help' failed"; return 1; }
+  echo "ok"
+}
+pick_binaries() {
+  local dir=$1
+  mk=$(find_bin mk "$dir") || mk="$dir/bin/mk"
+  cuda_tests=$(find_bin mk_cuda_tests "$dir") || cuda_tests="$dir/bin/mk_cuda_tests"
+  mk_state=$(runnable "$mk")
+  tests_state=$(runnable "$cuda_tests")
+}
+build_here() {
+  echo "gpu-check: building Release for sm_90a into $gpu_build with $jobs jobs"
+  local deps="$carry/deps/usr" args=()
+  [[ -d $deps ]] && args+=("-DCMAKE_PREFIX_PATH=$deps" "-DPCRE2_INCLUDE_DIR=$deps/include"
+                           "-DPCRE2_STATIC_LIBRARY=$deps/lib/x86_64-linux-gnu/libpcre2-8.a")
+  local t0=$SECONDS
+  timeout 120 cmake -S "$root" -B "$gpu_build" -G Ninja -DMK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DMK_BUILD_TESTS=ON \
+    -DMK_BUILD_BENCH=OFF -DMK_BUILD_EXAMPLES=OFF "${args[@]}" >"$work/configure.log" 2>&1 \
+    || { tail -20 "$work/configure.log"; return 1; }
+  local targets=(--target mk)
+  grep -q '^build mk_cuda_tests: phony' "$gpu_build/build.ninja" && targets+=(--target mk_cuda_tests)
+  timeout 300 cmake --build "$gpu_build" -j "$jobs" "${targets[@]}" || return 1
+  echo "gpu-check: build took $((SECONDS - t0)) s"
+}
+
+if [[ -n $bin_dir ]]; then
+  pick_binaries "$bin_dir"
+else
+  pick_binaries "$carry"
+  if [[ $mk_state != ok || $tests_state != ok ]]; then
+    echo "gpu-check: carried binaries: mk $mk_state; mk_cuda_tests $tests_state"
+    if ((build && !dry_run)); then
+      build_here && pick_binaries "$gpu_build"
+    elif [[ -x $gpu_build/tools/mk ]]; then
+      pick_binaries "$gpu_build"
+    fi
+  fi
+fi
+echo "gpu-check: mk            $mk ($mk_state)"
+echo "gpu-check: mk_cuda_tests $cuda_tests ($tests_state)"
+
+# ---- stage machinery: each step's timeout is capped by what is left of its stage ----
+failures=0 stage_failed=0 stage_deadline=0
+# Status lines go to stderr, so that a step's stdout can be redirected to a results file.
+step() {  # LIMIT_S DESCRIPTION -- CMD...: run (or, with --dry-run, print) one command of the stage
+  local limit=$1 what=$2
+  shift 3
+  if ((dry_run)); then
+    printf '  would run (%ss): %s\n' "$limit" "$*" | sed "s|$root/||g; s|$work|\$WORK|g" >&2
+    return 0
+  fi
+  local left=$((stage_deadline - SECONDS))
+  ((limit > left)) && limit=$left
+  if ((limit <= 0)); then
+    echo "--- $what: SKIPPED, the stage is out of time" >&2
+    stage_failed=1
+    return 1
+  fi
+  echo "--- $what (limit ${limit}s): $*" >&2
+  local t0=$SECONDS rc
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  if ((rc == 0)); then
+    echo "--- $what: ok ($((SECONDS - t0)) s)" >&2
+  else
+    if ((rc == 124 || rc == 137)); then
+      echo "--- $what: TIMED OUT after ${limit}s" >&2
+    else
+      echo "--- $what: FAILED (exit $rc)" >&2
+    fi
+    stage_failed=1
+  fi
+  return $rc
+}
+# Catch2: a tag expression that matches no case fails (-w NoTests) rather than passing quietly.
+catch_flags=(-w NoTests --use-colour no --durations yes)
+
+stage_smoke() {
+  if command -v nvidia-smi >/dev/null; then step 10 "nvidia-smi" -- nvidia-smi -L; fi
+  step 15 "mk devices" -- "$mk" devices
+  step 30 "[cuda][smoke]" -- "$cuda_tests" "[cuda][smoke]" "${catch_flags[@]}"
+}
+stage_ops() { step 60 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flags[@]}"; }
+stage_forward() { step 100 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
+stage_resident() {
+  step 40 "[cuda][resident]" -- "$cuda_tests" "[cuda][resident]" "${catch_flags[@]}"
+  step 30 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
+  step 30 "[cuda][hf]" -- env "MK_HF_DIR=$work/hf" "$cuda_tests" "[cuda][hf]" "${catch_flags[@]}"
+  # Each CLI mode end to end on a tiny model (32 steps), the resident one with a trace.
+  local tiny=synthetic:tiny-llama3:f32 flags
+  for flags in "--backend cuda --trace $work/trace.json" "--backend cuda --stepwise" "--backend cuda-kernels" \
+               "--backend cuda-kernels --graph"; do
+    # shellcheck disable=SC2086
+    step 20 "mk bench $flags" -- "$mk" bench -m "$tiny" -p 16 -n 16 -r 1 $flags
+  done
+  if ((!dry_run)) && [[ -f $work/trace.json ]]; then
+    local size
+    size=$(stat -c %s "$work/trace.json")
+    echo "gpu-check: trace of the tiny run: $size bytes"
+    ((size < 8 * 1048576)) && cp "$work/trace.json" "$out/trace.json"
+  fi
+}
+mk_bench() {  # DTYPE LIMIT FLAGS...: mk bench of the synthetic Llama-3.2-1B, appended to bench.jsonl
+  local dtype=$1 limit=$2
+  shift 2
+  local file="$work/mk-bench.$dtype.$RANDOM.json"
+  step "$limit" "mk bench $dtype $*" -- "$mk" bench -m "$work/models/$bench_shape.$dtype.gguf" -p 2048 -n 128 -r 2 \
+    -o json "$@" >"$file"
+  local rc=$?
+  ((dry_run)) || python3 "$root/tools/gpu_check_report.py" wrap-mk "$file" --dtype "$dtype" --flags "$*" \
+    --ctx-map pp2048=2048,tg128=128 >>"$bench_jsonl"
+  return $rc
+}
+stage_bench() {
+  step 30 "copy bandwidth" -- python3 "$root/bench/torch_baseline.py" --modes copy >"$work/copy.json"
+  ((dry_run)) || tee -a "$bench_jsonl" <"$work/copy.json"
+  mkdir -p "$work/models"
+  local dtype
+  for dtype in bf16 q8_0 q4_1; do
+    if [[ $dtype != bf16 ]] && ((!dry_run && stage_deadline - SECONDS < 100)); then
+      echo "--- $dtype: skipped, $((stage_deadline - SECONDS)) s left in the stage" >&2
+      continue
+    fi
+    step 40 "mk synth $dtype" -- "$mk" synth "synthetic:$bench_shape:$dtype$bench_keys" \
+      -o "$work/models/$bench_shape.$dtype.gguf" || continue
+    mk_bench "$dtype" 40 --backend cuda
+    mk_bench "$dtype" 60 --backend cuda-kernels
+    mk_bench "$dtype" 40 --backend cuda-kernels --graph
+    if [[ $dtype == bf16 ]]; then
+      step 150 "torch baseline (eager, compiled)" -- python3 "$root/bench/torch_baseline.py" --modes eager,compiled \
+        --ctx 128,2048 -n 64 >"$work/torch.jsonl"
+      ((dry_run)) || tee -a "$bench_jsonl" <"$work/torch.jsonl"
+    fi
+  done
+}
+
+# ---- dry run: what can be checked without a GPU ----
+if ((dry_run)); then
+  dry_fail=0
+  check() {  # DESCRIPTION CMD...
+    local what=$1
+    shift
+    if "$@" >"$work/check.log" 2>&1; then
+      echo "ok: $what"
+    else
+      echo "FAILED: $what"
+      sed 's/^/    /' "$work/check.log" | tail -20
+      dry_fail=1
+    fi
+  }
+  help_has_flags() {
+    local help
+    help=$("$mk" bench --help) || return 1
+    for f in --backend cuda-kernels --stepwise --graph --watchdog-ms --trace; do
+      grep -q -- "$f" <<<"$help" || { echo "mk bench --help does not mention $f"; return 1; }
+    done
+    "$mk" generate --help | grep -q -- --watchdog-ms || { echo "mk generate --help lacks --watchdog-ms"; return 1; }
+    # A bad value is refused by the parser, before any model is opened.
+    if "$mk" bench --backend no-such-backend -m /nonexistent >/dev/null 2>&1; then
+      echo "mk accepted --backend no-such-backend"; return 1
+    fi
+  }
+  echo "== dry run"
+  check "mk present and runnable ($mk_state)" test "$mk_state" = ok
+  check "mk_cuda_tests present and runnable ($tests_state)" test "$tests_state" = ok
+  if [[ $tests_state == ok ]]; then
+    # Catch2 v2's --list-tags exits with the number of tags, so its output is what counts.
+    "$cuda_tests" --list-tags >"$work/tags.txt" 2>&1
+    for tag in cuda smoke ops forward resident hf; do
+      grep -q "\[$tag\]" "$work/tags.txt" || echo "warning: mk_cuda_tests has no [$tag] test case yet"
+    done
+  fi
+  [[ $mk_state == ok ]] && check "mk --help" "$mk" --help
+  [[ $mk_state == ok ]] && check "mk bench/generate take the backend flags" help_has_flags
+  [[ $mk_state == ok ]] && check "mk bench runs a tiny synthetic model on the CPU" \
+    "$mk" bench -m synthetic:tiny-llama:f32 -p 4 -n 4 -r 1 --backend cpu -o json
+  for py in bench/torch_baseline.py tests/reference/hf_tiny_model.py tools/check-ptxas.py tools/gpu_check_report.py; do
+    check "python3 -m py_compile $py" python3 -m py_compile "$root/$py"
+  done
+  check "tools/check-ptxas.py --self-test" python3 "$root/tools/check-ptxas.py" --self-test
+  check "bench/torch_baseline.py --dry-run" python3 "$root/bench/torch_baseline.py" --dry-run
+  check "bash -n tools/gpu-check.sh" bash -n "$self"
+fi
+
+# ---- the stages ----
+selected=("${all_stages[@]}")
+((${#only[@]})) && selected=("${only[@]}")
+total_limit=0
+for s in "${selected[@]}"; do total_limit=$((total_limit + stage_limit_s[$s])); done
+echo "== stages: ${selected[*]} (limits add up to ${total_limit} s)"
+for s in "${all_stages[@]}"; do
+  [[ " ${selected[*]} " == *" $s "* ]] || continue
+  echo
+  echo "===== stage $s (limit ${stage_limit_s[$s]} s): ${stage_about[$s]}"
+  if ((stop_on_failure && failures)); then
+    echo "===== stage $s: SKIPPED (--stop-on-failure)"
+    printf '%s\tskipped\t0\n' "$s" >>"$stages_tsv"
+    continue
+  fi
+  stage_failed=0
+  stage_deadline=$((SECONDS + stage_limit_s[$s]))
+  t0=$SECONDS
+  if ((!dry_run)) && [[ $mk_state != ok || ($s != bench && $tests_state != ok) ]]; then
+    echo "gpu-check: the binaries are not runnable (mk: $mk_state; mk_cuda_tests: $tests_state);" \
+      "run tools/gpu-check.sh --pack here, or pass --build"
+    stage_failed=1
+  else
+    "stage_$s"
+  fi
+  result=ok
+  ((stage_failed)) && result=FAILED && failures=$((failures + 1))
+  ((dry_run)) && result=planned
+  echo "===== stage $s: $result ($((SECONDS - t0)) s)"
+  printf '%s\t%s\t%s\n' "$s" "$result" "$((SECONDS - t0))" >>"$stages_tsv"
+done
+
+echo
+if ((dry_run)); then
+  ((dry_fail)) && { echo "gpu-check: dry run FAILED"; exit 1; }
+  echo "gpu-check: dry run ok"
+  exit 0
+fi
+python3 "$root/tools/gpu_check_report.py" summary "$bench_jsonl" "$stages_tsv" | tee "$out/summary.md"
+echo
+if ((failures)); then
+  echo "gpu-check: $failures stage(s) FAILED; logs in $out"
+  exit 1
+fi
+echo "gpu-check: all stages passed; logs in $out"

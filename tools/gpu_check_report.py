@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""tools/gpu-check.sh's bookkeeping: turns `mk bench -o json` output into JSON lines, and prints the
+closing tables (stage results; ms/token, tokens/s and share of the measured copy bandwidth).
+
+    gpu_check_report.py wrap-mk FILE --dtype D --flags "F" --ctx-map pp2048=2048,tg128=128
+    gpu_check_report.py summary BENCH_JSONL STAGES_TSV
+
+BENCH_JSONL holds one JSON object per line: {"source": "copy", "gb_per_s"}, {"source": "mk", ...} and
+{"source": "torch", "mode", "ctx", "ms_per_token", "weight_bytes"}. STAGES_TSV: stage, status, seconds.
+"""
+import argparse
+import json
+import sys
+
+
+def wrap_mk(a):
+    try:
+        rows = json.load(open(a.file))
+    except (OSError, ValueError):
+        print(json.dumps({"source": "mk", "dtype": a.dtype, "flags": a.flags,
+                          "error": "mk bench failed (gpu-check.log has its message)"}))
+        return 1
+    ctx_of = dict(item.split("=") for item in a.ctx_map.split(",") if item)
+    for r in rows:
+        tps = r["tokens_per_s"]
+        out = {"source": "mk", "dtype": a.dtype, "flags": a.flags, "test": r["test"],
+               "ctx": int(ctx_of.get(r["test"], r.get("n_tokens", 0))), "tokens_per_s": tps,
+               "tokens_per_s_sd": r.get("tokens_per_s_sd"), "ms_per_token": 1e3 / tps if tps else None,
+               "weight_bytes": r["weight_gb_per_s"] * 1e9 / tps if tps else None, "backend": r.get("backend"),
+               "sms": r.get("sms"), "samples": r.get("samples")}
+        print(json.dumps(out))
+    return 0
+
+
+def fmt_num(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def summary(a):
+    records = []
+    try:
+        with open(a.bench) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        records.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    copy = next((r for r in records if r.get("source") == "copy" and r.get("gb_per_s")), None)
+    copy_gbs = copy["gb_per_s"] if copy else None
+
+    print("| stage | result | seconds |")
+    print("| --- | --- | ---: |")
+    try:
+        for line in open(a.stages):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) == 3:
+                print(f"| {parts[0]} | {parts[1]} | {parts[2]} |")
+    except OSError:
+        pass
+    print()
+    if copy_gbs:
+        print(f"copy bandwidth (torch, read + write): {copy_gbs:.0f} GB/s on {copy.get('device', '?')}")
+    else:
+        print("copy bandwidth: not measured; the % column is empty")
+    print()
+    print("| runner | dtype | ctx | ms/token | tokens/s | weight GB/s | % of copy |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in records:
+        src = r.get("source")
+        if src not in ("mk", "torch"):
+            continue
+        if src == "mk":
+            name = ("mk " + r.get("flags", "")).strip()
+            dtype = r.get("dtype", "?")
+        else:
+            name, dtype = f"torch {r.get('mode', '?')}", "bf16"
+        if r.get("error"):
+            print(f"| {name} | {dtype} | {r.get('ctx', '-')} | error: {r['error'][:60]} | | | |")
+            continue
+        ms, wb = r.get("ms_per_token"), r.get("weight_bytes")
+        gbs = wb / (ms * 1e-3) / 1e9 if ms and wb else None
+        pct = 100 * gbs / copy_gbs if gbs and copy_gbs else None
+        print(f"| {name} | {dtype} | {r.get('ctx', '-')} | {fmt_num(ms, '.3f')} | "
+              f"{fmt_num(r.get('tokens_per_s'), '.1f')} | {fmt_num(gbs, '.0f')} | {fmt_num(pct, '.1f')} |")
+    print()
+    print("mk: mean over positions 0..ctx-1 (mk bench ppN/tgN); torch: decode tokens after a ctx-token prefill.")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("wrap-mk")
+    w.add_argument("file")
+    w.add_argument("--dtype", required=True)
+    w.add_argument("--flags", default="")
+    w.add_argument("--ctx-map", default="")
+    s = sub.add_parser("summary")
+    s.add_argument("bench")
+    s.add_argument("stages")
+    a = ap.parse_args()
+    return wrap_mk(a) if a.cmd == "wrap-mk" else summary(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,13 +41,12 @@ fi
 
 # ---- reliability: the CPU test suite under sanitizers, then (optionally) the fuzz targets ----
 # ASan+UBSan: every CPU test but [slow]; TSan: the interpreter and CPU-program tests, where the threads are.
-# MK_SANITIZERS=1 runs both (off by default until a full clean-clone run has measured them within CI time);
-# MK_FUZZ_SECONDS=N also runs tools/fuzz.sh N (0: skip).
-if [ "${MK_SANITIZERS:-0}" != 0 ]; then
+# Both run by default (MK_SANITIZERS=0 skips them); MK_FUZZ_SECONDS=N also runs tools/fuzz.sh N (0: skip).
+if [ "${MK_SANITIZERS:-1}" != 0 ]; then
   san_start=$SECONDS
   echo "== sanitizers: address,undefined ($root/build/asan)"
   cmake -S "$root" -B "$root/build/asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMK_CUDA=OFF \
-    -DMK_SANITIZE=address,undefined -DMK_BUILD_BENCH=OFF '-DMK_TEST_SPEC=~[cuda]~[slow]' \
+    -DMK_SANITIZE=address,undefined -DMK_BUILD_BENCH=OFF -DMK_BUILD_EXAMPLES=OFF '-DMK_TEST_SPEC=~[cuda]~[slow]' \
     -DMK_PYTHON="$cache/oracle-venv/bin/python" "${launcher[@]}" >/dev/null
   cmake --build "$root/build/asan" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -57,7 +56,7 @@ if [ "${MK_SANITIZERS:-0}" != 0 ]; then
   tsan_start=$SECONDS
   echo "== sanitizers: thread ($root/build/tsan)"
   cmake -S "$root" -B "$root/build/tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMK_CUDA=OFF \
-    -DMK_SANITIZE=thread -DMK_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+    -DMK_SANITIZE=thread -DMK_BUILD_BENCH=OFF -DMK_BUILD_EXAMPLES=OFF "${launcher[@]}" >/dev/null
   cmake --build "$root/build/tsan" -j "$jobs" --target mk_runtime_tests mk_program_tests
   mkdir -p "$root/build/tsan/testdata"
   # [oracle] cases need the Python fixtures of a ctest run; the threads they exercise are the same.

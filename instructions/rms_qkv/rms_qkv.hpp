@@ -39,7 +39,10 @@ struct RmsQkvOp {
     }
     static std::vector<uint32_t> weights(const Instruction& ins) {
         auto a = decode_args<RmsQkvArgs>(ins);
-        return present({a.weight, a.norm, a.bias, a.qk_norm});
+        // The projection and the norm are required: kNoWeight there is a bad id, not an absent option.
+        std::vector<uint32_t> ids{a.weight, a.norm};
+        for (uint32_t id : present({a.bias, a.qk_norm})) ids.push_back(id);
+        return ids;
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsQkvArgs>(ins);

@@ -9,6 +9,7 @@
 #include "models/error.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/verify.hpp"
+#include "tests/scheduler/tiny_schedule.hpp"
 
 using namespace mk;
 
@@ -151,4 +152,23 @@ TEST_CASE("regression: a fuzzed matvec row range is refused by its page plan", "
     };
     CHECK_THAT(verify_summary(bytes), Catch::Contains("pages: sm 0 #0 (matvec_add w=7 rows [8, 2147483672) k=4): page "
                                                       "plan: rows [8, 2147483672) of weight 7 are outside its 64 rows"));
+}
+
+// rms_qkv's projection weight fuzzed to kNoWeight (0xffffffff): its weights() list dropped it as an absent
+// optional weight, so the id check passed and the page plan indexed the formats with it (SEGV under ASan,
+// tools/fuzz.sh 600, fuzz_schedule after 299k executions). Fixed in instructions/rms_qkv/rms_qkv.hpp: only
+// the bias and QK-norm weights are optional.
+TEST_CASE("regression: a fuzzed rms_qkv weight id of kNoWeight is a structure finding, not a crash", "[cpu]") {
+    for (bool norm : {false, true}) {
+        Schedule s = test::tiny_schedule(1, 1);
+        Instruction k = test::kv_write(false, 0, 0, 2);
+        RmsQkvArgs a = decode_args<RmsQkvArgs>(k);
+        (norm ? a.norm : a.weight) = kNoWeight;
+        encode_args(a, k);
+        s.streams[0].push_back(test::signal(k, 0));
+        s.counters[0].step_total = 1;
+        const VerifyReport report = verify(s);
+        CHECK_FALSE(report.ok);
+        CHECK_THAT(report.summary(), Catch::Contains("structure") && Catch::Contains("4294967295"));
+    }
 }

@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "instructions/sample/sampling.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_state.hpp"
@@ -98,19 +97,12 @@ public:
     }
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
-        check_position(pos);
-        if (token < 0 || uint32_t(token) >= state_->schedule.dims.vocab)
-            fail("token id {} is outside the vocabulary ({})", token, state_->schedule.dims.vocab);
+        state_->check_step(token, pos, next_pos_);
         mailbox_.tokens_[0] = token;
         Command c = run_command(1, pos, 1);
         execute(c);
-        logits_valid_ = false;
-        int32_t sampled = mailbox_.host_->tokens[0];
-        const bool device_rule = params.temperature <= 0.0f && params.repeat_penalty == 1.0f;
-        if (!device_rule) {  // the device samples greedily; the full rule runs on the host over the logits
-            const std::span<const float> z = logits();
-            sampled = sample_token(z.data(), uint32_t(z.size()), params, history.data(), int32_t(history.size()), pos);
-        }
+        state_->new_step();
+        const int32_t sampled = state_->sampled_token(mailbox_.host_->tokens[0], params, history, pos);
         ++epoch_;
         ++next_pos_;
         return sampled;
@@ -122,12 +114,10 @@ public:
         if (options_.stepwise) fail("generate: the device-side loop needs the resident kernel (not --stepwise)");
         if (stop_tokens.size() > kMaxStopTokens) fail("generate: at most {} stop tokens", kMaxStopTokens);
         const uint32_t n_steps = uint32_t(prompt.size()) + n_new - 1;
-        check_position(int32_t(next_pos_));
         if (next_pos_ + n_steps > state_->ctx_len)
             fail("generate: {} prompt and {} new tokens exceed the context of {}", prompt.size(), n_new, state_->ctx_len);
-        for (size_t i = 0; i < prompt.size(); ++i) {
-            if (prompt[i] < 0 || uint32_t(prompt[i]) >= state_->schedule.dims.vocab)
-                fail("token id {} is outside the vocabulary ({})", prompt[i], state_->schedule.dims.vocab);
+        for (uint32_t i = 0; i < prompt.size(); ++i) {
+            state_->check_step(prompt[i], int32_t(next_pos_ + i), next_pos_ + i);
             mailbox_.tokens_[i] = prompt[i];
         }
         Command c = run_command(n_steps, int32_t(next_pos_), uint32_t(prompt.size()));
@@ -145,20 +135,11 @@ public:
         const uint32_t done = mailbox_.host_->steps_done;
         epoch_ += done;
         next_pos_ += done;
-        logits_valid_ = false;
+        state_->new_step();
         return out;
     }
 
-    std::span<const float> logits() const override {
-        if (!logits_valid_) {
-            logits_.resize(state_->schedule.dims.vocab);
-            check_cuda(cudaMemcpy(logits_.data(), state_->arena.as<uint8_t>() + state_->schedule.logits_off,
-                                  4ull * logits_.size(), cudaMemcpyDeviceToHost),
-                       "reading the logits");
-            logits_valid_ = true;
-        }
-        return {logits_.data(), logits_.size()};
-    }
+    std::span<const float> logits() const override { return state_->host_logits(); }
     void reset() override { next_pos_ = 0; }
     const Schedule& schedule() const override { return state_->schedule; }
     uint32_t ctx_len() const override { return state_->ctx_len; }
@@ -166,11 +147,6 @@ public:
     uint32_t n_threads() const override { return 1; }
 
 private:
-    void check_position(int32_t pos) const {
-        if (pos < 0 || uint32_t(pos) >= state_->ctx_len) fail("position {} is outside the context of {} tokens", pos, state_->ctx_len);
-        if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
-    }
-
     Command run_command(uint32_t n_steps, int32_t pos0, uint32_t n_tokens) const {
         Command c{};
         c.kind = uint32_t(CommandKind::run);
@@ -324,8 +300,6 @@ private:
     uint32_t scratch_bytes_ = 0;
     uint32_t epoch_ = 0, next_pos_ = 0, seq_ = 0;
     bool running_ = false, broken_ = false;
-    mutable std::vector<float> logits_;
-    mutable bool logits_valid_ = false;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "instructions/sample/sampling.hpp"
 #include "models/error.hpp"
 #include "models/quant.hpp"
 #include "runtime/model_weights.hpp"
@@ -62,6 +63,31 @@ DeviceInfo current_device() {
     info.free_bytes = free_bytes;
     info.total_bytes = total_bytes;
     return info;
+}
+
+void DeviceState::check_step(int32_t token, int32_t pos, uint32_t next_pos) const {
+    if (pos < 0 || uint32_t(pos) >= ctx_len) fail("position {} is outside the context of {} tokens", pos, ctx_len);
+    if (uint32_t(pos) != next_pos) fail("position {} does not follow the previous step (expected {})", pos, next_pos);
+    if (token < 0 || uint32_t(token) >= schedule.dims.vocab)
+        fail("token id {} is outside the vocabulary ({})", token, schedule.dims.vocab);
+}
+
+std::span<const float> DeviceState::host_logits() const {
+    if (!logits_valid) {
+        logits.resize(schedule.dims.vocab);
+        check_cuda(cudaMemcpy(logits.data(), arena.as<uint8_t>() + schedule.logits_off, 4ull * logits.size(),
+                              cudaMemcpyDeviceToHost),
+                   "reading the logits");
+        logits_valid = true;
+    }
+    return {logits.data(), logits.size()};
+}
+
+int32_t DeviceState::sampled_token(int32_t device_token, const SamplingParams& params, std::span<const int32_t> history,
+                                   int32_t pos) const {
+    if (params.temperature <= 0.0f && params.repeat_penalty == 1.0f) return device_token;  // greedy: the device's
+    const std::span<const float> z = host_logits();
+    return sample_token(z.data(), uint32_t(z.size()), params, history.data(), int32_t(history.size()), pos);
 }
 
 namespace {

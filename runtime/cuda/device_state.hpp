@@ -4,10 +4,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "instructions/device.cuh"
+#include "instructions/op_context.hpp"
 #include "models/model.hpp"
 #include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/schedule.hpp"
@@ -54,6 +56,20 @@ struct DeviceState {
     DeviceBuffer counters, step_totals;
     DeviceOpContext ctx{};  // pos, token and scratch left for the launcher
     uint64_t weight_bytes = 0;
+
+    // What every CUDA Program's step() checks first: the position is in the context and follows the
+    // previous one, the token is in the vocabulary.
+    void check_step(int32_t token, int32_t pos, uint32_t next_pos) const;
+    // The last step's logits, copied from the device once per step (new_step() forgets the copy).
+    std::span<const float> host_logits() const;
+    void new_step() { logits_valid = false; }
+    // The step's token: the device's greedy pick, or the shared sampling rule over the logits on the host.
+    int32_t sampled_token(int32_t device_token, const SamplingParams& params, std::span<const int32_t> history,
+                          int32_t pos) const;
+
+private:
+    mutable std::vector<float> logits;
+    mutable bool logits_valid = false;
 };
 
 // Binds, repacks and uploads. Throws mk::Error naming the model file for unsupported weight formats,

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "instructions/sample/sampling.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_state.hpp"
@@ -37,10 +36,7 @@ public:
     }
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
-        if (pos < 0 || uint32_t(pos) >= state_->ctx_len) fail("position {} is outside the context of {} tokens", pos, state_->ctx_len);
-        if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
-        if (token < 0 || uint32_t(token) >= state_->schedule.dims.vocab)
-            fail("token id {} is outside the vocabulary ({})", token, state_->schedule.dims.vocab);
+        state_->check_step(token, pos, next_pos_);
         host_step_[0] = pos;
         host_step_[1] = token;
         check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
@@ -51,31 +47,17 @@ public:
         } else {
             launch_stages();
         }
-        int32_t sampled = 0;
         check_cuda(cudaMemcpyAsync(host_step_, state_->arena.as<uint8_t>() + state_->schedule.token_off, sizeof(int32_t),
                                    cudaMemcpyDeviceToHost, stream_),
                    "reading the token");
         check_cuda(cudaStreamSynchronize(stream_), "the step's kernels");
-        sampled = host_step_[0];
-        logits_valid_ = false;
-        if (!(params.temperature <= 0.0f && params.repeat_penalty == 1.0f)) {
-            const std::span<const float> z = logits();
-            sampled = sample_token(z.data(), uint32_t(z.size()), params, history.data(), int32_t(history.size()), pos);
-        }
+        state_->new_step();
+        const int32_t sampled = state_->sampled_token(host_step_[0], params, history, pos);
         ++next_pos_;
         return sampled;
     }
 
-    std::span<const float> logits() const override {
-        if (!logits_valid_) {
-            logits_.resize(state_->schedule.dims.vocab);
-            check_cuda(cudaMemcpy(logits_.data(), state_->arena.as<uint8_t>() + state_->schedule.logits_off,
-                                  4ull * logits_.size(), cudaMemcpyDeviceToHost),
-                       "reading the logits");
-            logits_valid_ = true;
-        }
-        return {logits_.data(), logits_.size()};
-    }
+    std::span<const float> logits() const override { return state_->host_logits(); }
     void reset() override { next_pos_ = 0; }
     const Schedule& schedule() const override { return state_->schedule; }
     uint32_t ctx_len() const override { return state_->ctx_len; }
@@ -149,8 +131,6 @@ private:
     int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out
     uint32_t scratch_bytes_ = 0;
     uint32_t next_pos_ = 0;
-    mutable std::vector<float> logits_;
-    mutable bool logits_valid_ = false;
 };
 
 }  // namespace

@@ -22,7 +22,8 @@ struct SharedState {
     PageRing consumer_ring;
     Command command;
     int32_t token;     // this step's input token
-    uint32_t go;       // 0: the command (or the kernel) ends here
+    uint32_t go;       // the step gate's verdict: 0 ends the command (or the kernel)
+    uint32_t ok;       // the end-of-step verdict: 0 after an abort (a separate word: the gate may overwrite go)
     uint32_t failed;   // a consumer wait was aborted
 };
 
@@ -191,8 +192,11 @@ __device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader&
             ctx.token = sh.token;
             consumers.run_step(begin, end, guard, s, ctx);
         }
+        // Every thread must take the same way out, so one thread reads the abort flags for the block.
         __syncthreads();
-        if (cuda_sync::aborted(guard)) return;
+        if (tid == 0) sh.ok = cuda_sync::aborted(guard) ? 0u : 1u;
+        __syncthreads();
+        if (!sh.ok) return;
     }
 }
 
@@ -217,6 +221,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
         sh.loader_ring.reset(P.n_pages);
         sh.consumer_ring.reset(P.n_pages);
         sh.failed = 0;
+        sh.ok = 1;
     }
     __syncthreads();
 
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
             __syncthreads();
             if (!sh.go || CommandKind(sh.command.kind) == CommandKind::exit) break;
             run_command(P, sh, loader, consumers, ctx, guard);
-            if (cuda_sync::aborted(guard)) break;
+            if (!sh.ok) break;
             // The host may post the next command once every block is done with this one.
             if (tid == 0) {
                 const uint32_t done = atomicAdd(&P.control->blocks_done, 1u) + 1;

@@ -115,11 +115,9 @@ struct Consumers {
                             trace ? &trace->load_end : nullptr, guard, true};
             run_device_op(ins, ctx, team, tiles);
             full_parity = tiles.full_parity;
-            team.sync();  // the op's stores are done before they are published
-            if (!tiles.ok) {
-                if (team.rank == 0) sh.failed = 1;
-                return false;
-            }
+            if (!tiles.ok) sh.failed = 1;  // a page wait saw the abort (threads may see it at different times)
+            team.sync();                   // the op's stores are done before they are published
+            if (sh.failed) return false;   // so the whole team leaves together
             if (team.rank == 0) {
                 __threadfence();
                 for (uint32_t g = 0; g < ins.n_signals; ++g)

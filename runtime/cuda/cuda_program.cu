@@ -225,7 +225,7 @@ private:
         const auto limit = std::chrono::milliseconds(uint64_t(options_.watchdog_ms) * 4 + 10000);
         auto last_progress = std::chrono::steady_clock::now();
         uint32_t seen = 0;
-        for (uint32_t spin = 0; m.run_done != seq_; ++spin) {
+        while (m.run_done != seq_) {
             if (m.steps_done != seen) {
                 seen = m.steps_done;
                 last_progress = std::chrono::steady_clock::now();
@@ -243,7 +243,12 @@ private:
                 m.host_abort = 1;
                 break;
             }
-            if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+            // Busy-poll while tokens flow (a sleep would add its granularity to every step's latency);
+            // back off only when nothing has arrived for a while.
+            if (std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(50))
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+            else
+                std::this_thread::yield();
         }
         if (progress) progress(m.steps_done);
         if (device_written(m.fault.flag) != 0 || m.host_abort) {

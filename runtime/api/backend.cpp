@@ -2,6 +2,7 @@
 #include "runtime/api/backend.hpp"
 
 #include "models/error.hpp"
+#include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/verify.hpp"
@@ -52,7 +53,7 @@ void check_schedule_for(const Model& model, const Schedule& s, const std::string
 std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& o) {
     // The CUDA backends stream 16-byte-aligned rows (bind_weights pads the model's rows to match).
     std::vector<WeightFormat> formats = weight_formats(model);
-    if (is_cuda_backend(resolve_backend(o))) formats = padded_row_formats(std::move(formats), 16);
+    if (is_cuda_backend(resolve_backend(o))) formats = padded_row_formats(std::move(formats), kDeviceRowAlign);
     return formats;
 }
 

@@ -77,6 +77,7 @@ struct Cost {
     uint64_t weight_bytes = 0;  // streamed from global memory once per step
     uint64_t activation_bytes = 0;
     uint64_t flops = 0;
+    uint64_t link_bytes = 0;  // sent to another rank (tensor parallel): costed at the link's bandwidth
 };
 
 }  // namespace mk

@@ -8,7 +8,9 @@
 #include "instructions/rms_gate_up/rms_gate_up.hpp"
 #include "instructions/rms_lm_head/rms_lm_head.hpp"
 #include "instructions/rms_qkv/rms_qkv.hpp"
+#include "instructions/reduce_add/reduce_add.hpp"
 #include "instructions/sample/sample.hpp"
+#include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
 
 namespace mk {

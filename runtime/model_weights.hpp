@@ -13,7 +13,7 @@ struct ModelWeights {
     std::vector<WeightRef> refs;                // by weight id
     std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
     std::vector<std::vector<float>> converted;  // F32 copies of small non-F32 vectors (norms, biases)
-    std::vector<std::vector<uint8_t>> padded;   // copies with the schedule's wider row stride (repacked layout)
+    std::vector<std::vector<uint8_t>> padded;   // copies: wider row stride (repacked layout), TP column slices
 };
 
 // Throws mk::Error when the schedule does not fit the model: config hash, or any weight's

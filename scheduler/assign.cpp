@@ -20,19 +20,30 @@ double node_duration_ns(const Cost& cost, const Target& target) {
     const double per_sm_bytes_per_ns = target.bandwidth_gbs / target.n_sms;  // GB/s == bytes/ns
     const double load = double(cost.weight_bytes + cost.activation_bytes) / per_sm_bytes_per_ns;
     const double compute = double(cost.flops) / target.sm_gflops;
-    return target.instruction_ns + std::max(load, compute);
+    return target.instruction_ns + std::max(load, compute) + double(cost.link_bytes) / target.link_gbs;
+}
+
+double dependency_ns(const Target& target, uint32_t from_sm, uint32_t to_sm) {
+    if (from_sm == to_sm) return 0.0;
+    return from_sm / target.n_sms == to_sm / target.n_sms ? target.hop_ns : target.link_ns;
 }
 
 namespace {
 
+// Rank k's nodes go to SMs [k * n_sms, (k + 1) * n_sms).
 Assignment assign_round_robin(const Graph& graph, const Target& target) {
-    Assignment streams(target.n_sms);
-    for (uint32_t i = 0; i < graph.nodes.size(); ++i) streams[i % target.n_sms].push_back(i);
+    Assignment streams(size_t(target.n_sms) * graph.tp);
+    std::vector<uint32_t> dealt(graph.tp, 0);
+    for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
+        const uint32_t rank = graph.nodes[i].rank;
+        streams[rank * target.n_sms + dealt[rank]++ % target.n_sms].push_back(i);
+    }
     return streams;
 }
 
 // Per group: the latest finish among its members and the SM it ran on, plus the latest finish on
 // any other SM, so "when is this group ready on SM s" costs O(1) instead of a scan of the members.
+// A group's members all run on one rank; `hop` is the latency from that rank to the waiter's.
 struct GroupFinish {
     double best = 0.0, second = 0.0;  // latest finish; latest finish on an SM other than best_sm
     uint32_t best_sm = UINT32_MAX;
@@ -62,12 +73,18 @@ Assignment assign_critical_path(const Graph& graph, const Target& target) {
     std::vector<std::vector<uint32_t>> members(graph.groups.size());
     for (uint32_t i = 0; i < n; ++i) members[graph.nodes[i].group].push_back(i);
     std::vector<double> group_rank(graph.groups.size(), 0.0), rank(n, 0.0);
+    // The rank whose nodes signal each group (kMixed: several; a transfer group's members are the peers).
+    constexpr uint32_t kUnset = UINT32_MAX - 1, kMixed = UINT32_MAX;
+    std::vector<uint32_t> dep_rank(graph.groups.size(), kUnset);
+    for (const GraphNode& node : graph.nodes)
+        dep_rank[node.group] = dep_rank[node.group] == kUnset || dep_rank[node.group] == node.rank ? node.rank : kMixed;
     for (size_t i = n; i-- > 0;) {  // seq order is topological, so walk it backwards
         const GraphNode& node = graph.nodes[i];
         rank[i] = duration[i] + group_rank[node.group];
         for (const GroupDep& dep : node.deps) {
             if (dep.previous_step) continue;
-            group_rank[dep.group] = std::max(group_rank[dep.group], rank[i] + target.hop_ns);
+            const bool remote = node.rank != dep_rank[dep.group];
+            group_rank[dep.group] = std::max(group_rank[dep.group], rank[i] + (remote ? target.link_ns : target.hop_ns));
         }
     }
     // Groups waited on by several nodes: a dep's rank is the max over all waiters, computed above.
@@ -76,19 +93,23 @@ Assignment assign_critical_path(const Graph& graph, const Target& target) {
     // Decreasing rank is a topological order (a predecessor's rank exceeds its successors'); seq breaks ties.
     std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rank[a] > rank[b]; });
 
-    Assignment streams(target.n_sms);
-    std::vector<double> sm_free(target.n_sms, 0.0);
+    Assignment streams(size_t(target.n_sms) * graph.tp);
+    std::vector<double> sm_free(streams.size(), 0.0);
     std::vector<GroupFinish> finish(graph.groups.size());
     for (uint32_t i : order) {
         const GraphNode& node = graph.nodes[i];
-        uint32_t best_sm = 0;
+        const uint32_t first = node.rank * target.n_sms;
+        uint32_t best_sm = first;
         double best_end = 0.0;
-        for (uint32_t sm = 0; sm < target.n_sms; ++sm) {
+        for (uint32_t sm = first; sm < first + target.n_sms; ++sm) {
             double start = sm_free[sm];
-            for (const GroupDep& dep : node.deps)
-                if (!dep.previous_step) start = std::max(start, finish[dep.group].ready_on(sm, target.hop_ns));
+            for (const GroupDep& dep : node.deps) {
+                if (dep.previous_step) continue;
+                const double hop = dep_rank[dep.group] == node.rank ? target.hop_ns : target.link_ns;
+                start = std::max(start, finish[dep.group].ready_on(sm, hop));
+            }
             const double end = start + duration[i];
-            if (sm == 0 || end < best_end) {
+            if (sm == first || end < best_end) {
                 best_end = end;
                 best_sm = sm;
             }

@@ -64,8 +64,8 @@ std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, 
 }
 
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
-                          Policy policy) {
-    Graph graph = build_decode_graph(model_dims(config), weights, target);
+                          Policy policy, uint32_t tp) {
+    Graph graph = build_decode_graph(model_dims(config), weights, target, tp);
     Schedule s = build_schedule(graph, assign(graph, target, policy), target);
     s.config_hash = config.hash();
     s.policy = policy_name(policy);

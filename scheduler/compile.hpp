@@ -5,6 +5,7 @@
 #include "models/model.hpp"
 #include "scheduler/assign.hpp"
 #include "scheduler/schedule.hpp"
+#include "scheduler/tensor_parallel.hpp"
 
 namespace mk {
 
@@ -19,7 +20,8 @@ std::vector<WeightFormat> weight_formats(const Model& model);
 // bind_weights makes the padded copies, so the CPU backend runs the same layout in tests.
 std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, uint32_t align);
 
+// `weights` by schedule weight id: weight_formats, or tp_weight_formats for tp > 1 (then padded for CUDA).
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
-                          Policy policy);
+                          Policy policy, uint32_t tp = 1);
 
 }  // namespace mk

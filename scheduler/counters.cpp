@@ -64,6 +64,8 @@ Schedule build_schedule(const Graph& graph, const Assignment& assignment, const 
     Schedule s;
     s.target = target;
     s.dims = graph.dims;
+    s.tp_size = graph.tp;
+    s.rank_arena_bytes = graph.rank_arena_bytes;
     s.n_attn_parts = graph.n_attn_parts;
     s.n_lm_blocks = graph.n_lm_blocks;
     s.weights = graph.weights;

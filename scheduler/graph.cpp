@@ -1,5 +1,7 @@
 // Builds the decode-step graph: embed; per layer rms_qkv blocks, attention partials and reductions,
-// O-projection blocks, gate/up blocks, down blocks; LM-head blocks; sample.
+// O-projection blocks, gate/up blocks, down blocks; LM-head blocks; sample. With tensor parallelism
+// every rank gets these nodes over its share of the model, the projections write partial results that
+// transfers copy into every peer and reduce_add sums, and the LM-head slices are exchanged before sample.
 #include "scheduler/graph.hpp"
 
 #include <algorithm>
@@ -8,11 +10,14 @@
 #include "instructions/attn_reduce/attn_reduce.hpp"
 #include "instructions/embed/embed.hpp"
 #include "instructions/matvec_add/matvec_add.hpp"
+#include "instructions/reduce_add/reduce_add.hpp"
 #include "instructions/rms_gate_up/rms_gate_up.hpp"
 #include "instructions/rms_lm_head/rms_lm_head.hpp"
 #include "instructions/rms_qkv/rms_qkv.hpp"
 #include "instructions/sample/sample.hpp"
+#include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
+#include "scheduler/tensor_parallel.hpp"
 
 namespace mk {
 
@@ -21,6 +26,10 @@ namespace {
 // Smallest row block worth an instruction: below this the per-instruction and sync costs dominate.
 constexpr uint32_t kMinBlockRows = 16;
 constexpr uint32_t kMaxAttnParts = 32;
+// A projection's partial result goes to the peers in this many chunks, each as soon as its blocks are
+// done: more chunks overlap more of the exchange with the remaining blocks, but each costs a transfer
+// instruction per peer (docs/distributed.md has the simulator's comparison).
+constexpr uint32_t kTransferChunks = 4;
 
 uint32_t div_up(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
@@ -31,30 +40,44 @@ uint32_t block_rows(uint32_t rows, uint32_t n_sms, uint32_t align) {
     return std::min(per, div_up(rows, align) * align);
 }
 
+// One rank's activation buffers (arena byte offsets, rank 0's region plus rank * rank_arena_bytes).
+struct RankBuffers {
+    uint32_t x, q, attn_o, attn_ml, attn_out, act, logits, argmax, token;
+    std::vector<uint32_t> recv_o, recv_down;  // by layer: (tp, d_model) fp32 partial results, tp > 1 only
+};
+
 class GraphBuilder {
 public:
-    GraphBuilder(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target)
-        : target_(target) {
-        graph_.dims = dims;
+    GraphBuilder(const ModelDims& model, const std::vector<WeightFormat>& weights, const Target& target, uint32_t tp)
+        : target_(target), tp_(tp), model_(model) {
+        graph_.dims = tp_rank_dims(model, tp);
+        graph_.tp = tp;
         graph_.weights = weights;
         plan_inputs_ = {graph_.weights.data(), target.page_bytes, target.n_pages};
     }
 
+    Graph build();
+
+private:
     uint32_t buffer(const std::string& name, uint64_t bytes, const std::string& layout) {
         uint64_t offset = (graph_.arena_bytes + 255) / 256 * 256;  // 256-byte aligned buffers
         graph_.buffers.push_back({name, offset, bytes, layout});
         graph_.arena_bytes = offset + bytes;
-        if (graph_.arena_bytes > UINT32_MAX) fail("graph: the activation arena exceeds 4 GiB");
         return uint32_t(offset);
     }
+    void layout_buffers();
 
     uint32_t group(const std::string& name) {
         graph_.groups.push_back({name, 0});
         return uint32_t(graph_.groups.size() - 1);
     }
+    // Rank k's group name: plain without tensor parallelism.
+    std::string name(uint32_t rank, const std::string& what) const {
+        return tp_ == 1 ? what : fmt::format("r{}.{}", rank, what);
+    }
 
     template <typename Op, typename Args>
-    void add(Opcode opcode, const Args& args, uint32_t group, std::vector<GroupDep> deps) {
+    void add(uint32_t rank, Opcode opcode, const Args& args, uint32_t group, std::vector<GroupDep> deps) {
         GraphNode node;
         node.ins.opcode = uint16_t(opcode);
         node.ins.seq = uint32_t(graph_.nodes.size());
@@ -63,119 +86,258 @@ public:
         node.ins.n_pages = uint8_t(plan.n_pages);
         node.cost = Op::cost(node.ins, graph_.dims, graph_.weights.data());
         node.group = group;
+        node.rank = rank;
         node.deps = std::move(deps);
         graph_.groups[group].n_members++;
         graph_.nodes.push_back(std::move(node));
     }
 
-    Graph build();
+    // x += W . in over d_model rows on every rank (W: wo or w_down, split by columns across ranks).
+    // Returns each rank's group that completes the update.
+    std::vector<uint32_t> projection(uint32_t layer, const char* what, LayerWeight w, uint32_t cols,
+                                     uint32_t RankBuffers::*in, std::vector<uint32_t> RankBuffers::*recv,
+                                     const std::vector<uint32_t>& ready);
 
-private:
     const Target& target_;
+    const uint32_t tp_;
+    const ModelDims model_;
     Graph graph_;
     PlanInputs plan_inputs_;
+    std::vector<RankBuffers> ranks_;
 };
+
+void GraphBuilder::layout_buffers() {
+    const ModelDims& d = graph_.dims;
+    const uint32_t parts = graph_.n_attn_parts;
+    RankBuffers b;
+    b.x = buffer("x", 4ull * d.d_model, "(d_model) fp32 residual stream");
+    b.q = buffer("q", 4ull * d.q_dim(), "(n_heads, head_dim) fp32 queries");
+    b.attn_o = buffer("attn_o", 4ull * d.n_heads * parts * d.head_dim,
+                      "(n_heads, n_parts, head_dim) fp32 unnormalized partial outputs");
+    b.attn_ml = buffer("attn_ml", 8ull * d.n_heads * parts, "(n_heads, n_parts, 2) fp32 max, sum");
+    b.attn_out = buffer("attn_out", 4ull * d.q_dim(), "(n_heads, head_dim) fp32 attention output");
+    b.act = buffer("act", 4ull * d.d_ff, "(d_ff) fp32 silu(gate) * up");
+    b.logits = buffer("logits", 4ull * d.vocab, "(vocab) fp32");
+    b.argmax = buffer("argmax", 8ull * graph_.n_lm_blocks, "(n_lm_blocks) {f32 value, i32 index}");
+    b.token = buffer("token", 4, "(1) i32 sampled token");
+    if (tp_ > 1)
+        for (uint32_t L = 0; L < model_.n_layers; ++L) {
+            // One buffer per layer and projection: a peer may run a layer ahead, so slots are never reused in a step.
+            const std::string layout = "(tp, d_model) fp32 partial results, slot k from rank k";
+            b.recv_o.push_back(buffer(fmt::format("recv_o.L{}", L), 4ull * tp_ * d.d_model, layout));
+            b.recv_down.push_back(buffer(fmt::format("recv_down.L{}", L), 4ull * tp_ * d.d_model, layout));
+        }
+    graph_.rank_arena_bytes = (graph_.arena_bytes + 255) / 256 * 256;
+    if (graph_.rank_arena_bytes * tp_ > UINT32_MAX) fail("graph: the activation arena exceeds 4 GiB");
+    const std::vector<BufferInfo> rank0 = graph_.buffers;
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t base = uint32_t(k * graph_.rank_arena_bytes);
+        RankBuffers r = b;
+        for (uint32_t* f : {&r.x, &r.q, &r.attn_o, &r.attn_ml, &r.attn_out, &r.act, &r.logits, &r.argmax, &r.token})
+            *f += base;
+        for (uint32_t& f : r.recv_o) f += base;
+        for (uint32_t& f : r.recv_down) f += base;
+        ranks_.push_back(std::move(r));
+        if (k == 0) continue;
+        for (BufferInfo info : rank0) {
+            info.offset += base;
+            graph_.buffers.push_back(std::move(info));
+        }
+    }
+    if (tp_ > 1)
+        for (size_t i = 0; i < graph_.buffers.size(); ++i)
+            graph_.buffers[i].name = name(uint32_t(i / rank0.size()), graph_.buffers[i].name);
+    graph_.arena_bytes = graph_.rank_arena_bytes * tp_;
+}
+
+std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, LayerWeight w, uint32_t cols,
+                                               uint32_t RankBuffers::*in, std::vector<uint32_t> RankBuffers::*recv,
+                                               const std::vector<uint32_t>& ready) {
+    const ModelDims& d = graph_.dims;
+    const uint32_t rows = block_rows(d.d_model, target_.n_sms, 1);
+    std::vector<uint32_t> done(tp_);
+    if (tp_ == 1) {
+        done[0] = group(fmt::format("{}.L{}", what, l));
+        for (uint32_t r = 0; r < d.d_model; r += rows)
+            add<MatvecAddOp>(0, Opcode::matvec_add,
+                             MatvecAddArgs{layer_weight_id(l, w), r, std::min(rows, d.d_model - r), cols,
+                                           ranks_[0].*in, ranks_[0].x, 0},
+                             done[0], {{ready[0], Operand::input}});
+        return done;
+    }
+    // Chunks of whole blocks: chunk c is rows [c * chunk_rows, ...).
+    const uint32_t n_blocks = div_up(d.d_model, rows);
+    const uint32_t chunk_rows = div_up(n_blocks, std::min(n_blocks, kTransferChunks)) * rows;
+    const uint32_t n_chunks = div_up(d.d_model, chunk_rows);
+    const uint32_t slot = 4 * d.d_model;
+    std::vector<std::vector<uint32_t>> part(tp_), received(tp_);
+    for (uint32_t k = 0; k < tp_; ++k)
+        for (uint32_t c = 0; c < n_chunks; ++c) {
+            part[k].push_back(group(name(k, fmt::format("{}_part.L{}.c{}", what, l, c))));
+            received[k].push_back(group(name(k, fmt::format("{}_recv.L{}.c{}", what, l, c))));
+        }
+    // Each rank's partial result into its own slot of its own receive buffer.
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t own = (ranks_[k].*recv)[l] + k * slot;
+        for (uint32_t r = 0; r < d.d_model; r += rows)
+            add<MatvecAddOp>(k, Opcode::matvec_add,
+                             MatvecAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
+                                           std::min(rows, d.d_model - r), cols, ranks_[k].*in, own, 1},
+                             part[k][r / chunk_rows], {{ready[k], Operand::input}});
+    }
+    // Every finished chunk into the same slot of every peer, bumping the peer's counter for that chunk.
+    for (uint32_t c = 0; c < n_chunks; ++c)
+        for (uint32_t k = 0; k < tp_; ++k)
+            for (uint32_t p = 0; p < tp_; ++p) {
+                if (p == k) continue;
+                const uint32_t r = c * chunk_rows, bytes = 4 * (std::min(d.d_model, r + chunk_rows) - r);
+                const uint32_t src = (ranks_[k].*recv)[l] + k * slot + 4 * r, dst = (ranks_[p].*recv)[l] + k * slot + 4 * r;
+                add<TransferOp>(k, Opcode::transfer, TransferArgs{src, dst, bytes, p}, received[p][c],
+                                {{part[k][c], Operand::input}});
+            }
+    // The sum of all ranks' partials in rank order, chunk by chunk as they arrive.
+    for (uint32_t k = 0; k < tp_; ++k) {
+        done[k] = group(name(k, fmt::format("{}.L{}", what, l)));
+        for (uint32_t c = 0; c < n_chunks; ++c) {
+            const uint32_t r = c * chunk_rows;
+            add<ReduceAddOp>(k, Opcode::reduce_add,
+                             ReduceAddArgs{ranks_[k].x, (ranks_[k].*recv)[l], slot, r,
+                                           std::min(d.d_model, r + chunk_rows) - r, tp_},
+                             done[k], {{part[k][c], Operand::partials}, {received[k][c], Operand::partials}});
+        }
+    }
+    return done;
+}
 
 Graph GraphBuilder::build() {
     const ModelDims& d = graph_.dims;
     const uint32_t n_sms = target_.n_sms;
     const uint32_t parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, kMaxAttnParts);
-    const uint32_t lm_rows = block_rows(d.vocab, n_sms, 1);
-    const uint32_t lm_blocks = div_up(d.vocab, lm_rows);
     graph_.n_attn_parts = parts;
-    graph_.n_lm_blocks = lm_blocks;
+    // The LM head: rank k's vocabulary slice in blocks; block numbers run across ranks in vocabulary order.
+    std::vector<uint32_t> lm_rows(tp_), first_block(tp_ + 1, 0);
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t slice = tp_vocab_begin(d.vocab, tp_, k + 1) - tp_vocab_begin(d.vocab, tp_, k);
+        lm_rows[k] = block_rows(slice, n_sms, 1);
+        first_block[k + 1] = first_block[k] + div_up(slice, lm_rows[k]);
+    }
+    graph_.n_lm_blocks = first_block[tp_];
+    layout_buffers();
+    graph_.logits_off = ranks_[0].logits;
+    graph_.token_off = ranks_[0].token;
 
-    const uint32_t x = buffer("x", 4ull * d.d_model, "(d_model) fp32 residual stream");
-    const uint32_t q = buffer("q", 4ull * d.q_dim(), "(n_heads, head_dim) fp32 queries");
-    const uint32_t attn_o = buffer("attn_o", 4ull * d.n_heads * parts * d.head_dim,
-                                   "(n_heads, n_parts, head_dim) fp32 unnormalized partial outputs");
-    const uint32_t attn_ml = buffer("attn_ml", 8ull * d.n_heads * parts, "(n_heads, n_parts, 2) fp32 max, sum");
-    const uint32_t attn_out = buffer("attn_out", 4ull * d.q_dim(), "(n_heads, head_dim) fp32 attention output");
-    const uint32_t act = buffer("act", 4ull * d.d_ff, "(d_ff) fp32 silu(gate) * up");
-    const uint32_t logits = buffer("logits", 4ull * d.vocab, "(vocab) fp32");
-    const uint32_t argmax = buffer("argmax", 8ull * lm_blocks, "(n_lm_blocks) {f32 value, i32 index}");
-    const uint32_t token = buffer("token", 4, "(1) i32 sampled token");
-    graph_.logits_off = logits;
-    graph_.token_off = token;
+    std::vector<uint32_t> g_sample(tp_), residual_ready(tp_);
+    for (uint32_t k = 0; k < tp_; ++k) g_sample[k] = group(name(k, "sample"));  // embed waits for the previous step's
+    for (uint32_t k = 0; k < tp_; ++k) {
+        residual_ready[k] = group(name(k, "embed"));
+        add<EmbedOp>(k, Opcode::embed, EmbedArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].x, d.d_model},
+                     residual_ready[k], {{g_sample[k], Operand::output, true}});
+    }
 
-    const uint32_t g_sample = group("sample");  // its one member comes last; embed waits for the previous step's
-    const uint32_t g_embed = group("embed");
-    add<EmbedOp>(Opcode::embed, EmbedArgs{global_weight_id(GlobalWeight::token_embedding), x, d.d_model}, g_embed,
-                 {{g_sample, Operand::output, true}});
-
-    uint32_t residual_ready = g_embed;
     const uint32_t qkv_align = d.qk_norm ? d.head_dim : 2;  // QK-norm needs whole heads; RoPE needs pairs
-    for (uint32_t L = 0; L < d.n_layers; ++L) {
-        auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
-        auto opt = [&](LayerWeight w) { return graph_.weights[lw(w)].present() ? lw(w) : kNoWeight; };
+    const uint32_t qkv_rows = block_rows(d.q_dim() + 2 * d.kv_dim(), n_sms, qkv_align);
+    const uint32_t ff_rows = block_rows(d.d_ff, n_sms, 1);
+    for (uint32_t l = 0; l < model_.n_layers; ++l) {
+        std::vector<uint32_t> g_reduce(tp_), g_gate_up(tp_);
+        for (uint32_t k = 0; k < tp_; ++k) {
+            const uint32_t L = k * model_.n_layers + l;  // rank k's layer l: its weights and KV cache
+            auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
+            auto opt = [&](LayerWeight w) { return graph_.weights[lw(w)].present() ? lw(w) : kNoWeight; };
+            const RankBuffers& b = ranks_[k];
+            const uint32_t g_qkv = group(name(k, fmt::format("qkv.L{}", l)));
+            for (uint32_t kind = 0; kind < 3; ++kind) {
+                const uint32_t rows = kind == 0 ? d.q_dim() : d.kv_dim();
+                const LayerWeight w = kind == 0 ? LayerWeight::wq : kind == 1 ? LayerWeight::wk : LayerWeight::wv;
+                const LayerWeight bias = kind == 0 ? LayerWeight::bq : kind == 1 ? LayerWeight::bk : LayerWeight::bv;
+                const uint32_t norm = kind == 0   ? opt(LayerWeight::q_norm)
+                                      : kind == 1 ? opt(LayerWeight::k_norm)
+                                                  : kNoWeight;
+                for (uint32_t r = 0; r < rows; r += qkv_rows) {
+                    RmsQkvArgs a{L, kind, r, std::min(qkv_rows, rows - r), b.x, b.q, lw(w), lw(LayerWeight::attn_norm),
+                                 opt(bias), norm, d.d_model, d.head_dim};
+                    add<RmsQkvOp>(k, Opcode::rms_qkv, a, g_qkv, {{residual_ready[k], Operand::input}});
+                }
+            }
+            const uint32_t g_attn = group(name(k, fmt::format("attn.L{}", l)));
+            for (uint32_t h = 0; h < d.n_kv_heads; ++h)
+                for (uint32_t p = 0; p < parts; ++p)
+                    add<AttnPartialOp>(k, Opcode::attn_partial,
+                                       AttnPartialArgs{L, h, p, parts, b.q, b.attn_o, b.attn_ml, d.head_dim, d.group_size()},
+                                       g_attn, {{g_qkv, Operand::kv_cache}});
+            g_reduce[k] = group(name(k, fmt::format("attn_reduce.L{}", l)));
+            for (uint32_t h = 0; h < d.n_kv_heads; ++h)
+                add<AttnReduceOp>(k, Opcode::attn_reduce,
+                                  AttnReduceArgs{L, h, parts, b.attn_o, b.attn_ml, b.attn_out, d.head_dim, d.group_size()},
+                                  g_reduce[k], {{g_attn, Operand::partials}});
+        }
+        const std::vector<uint32_t> g_o =
+            projection(l, "o_proj", LayerWeight::wo, d.q_dim(), &RankBuffers::attn_out, &RankBuffers::recv_o, g_reduce);
+        for (uint32_t k = 0; k < tp_; ++k) {
+            const uint32_t L = k * model_.n_layers + l;
+            auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
+            g_gate_up[k] = group(name(k, fmt::format("gate_up.L{}", l)));
+            for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
+                add<RmsGateUpOp>(k, Opcode::rms_gate_up,
+                                 RmsGateUpArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, ranks_[k].x, ranks_[k].act,
+                                               lw(LayerWeight::w_gate), lw(LayerWeight::w_up), lw(LayerWeight::ffn_norm)},
+                                 g_gate_up[k], {{g_o[k], Operand::input}});
+        }
+        residual_ready =
+            projection(l, "down", LayerWeight::w_down, d.d_ff, &RankBuffers::act, &RankBuffers::recv_down, g_gate_up);
+    }
 
-        const uint32_t g_qkv = group(fmt::format("qkv.L{}", L));
-        const uint32_t qkv_rows = block_rows(d.q_dim() + 2 * d.kv_dim(), n_sms, qkv_align);
-        for (uint32_t kind = 0; kind < 3; ++kind) {
-            const uint32_t rows = kind == 0 ? d.q_dim() : d.kv_dim();
-            const LayerWeight w = kind == 0 ? LayerWeight::wq : kind == 1 ? LayerWeight::wk : LayerWeight::wv;
-            const LayerWeight b = kind == 0 ? LayerWeight::bq : kind == 1 ? LayerWeight::bk : LayerWeight::bv;
-            const uint32_t norm = kind == 0 ? opt(LayerWeight::q_norm) : kind == 1 ? opt(LayerWeight::k_norm) : kNoWeight;
-            for (uint32_t r = 0; r < rows; r += qkv_rows) {
-                RmsQkvArgs a{L, kind, r, std::min(qkv_rows, rows - r), x, q, lw(w), lw(LayerWeight::attn_norm), opt(b),
-                             norm, d.d_model, d.head_dim};
-                add<RmsQkvOp>(Opcode::rms_qkv, a, g_qkv, {{residual_ready, Operand::input}});
+    std::vector<uint32_t> g_lm(tp_), g_lm_recv(tp_);
+    for (uint32_t k = 0; k < tp_; ++k) {
+        g_lm[k] = group(name(k, "lm_head"));
+        const RankBuffers& b = ranks_[k];
+        const uint32_t begin = tp_vocab_begin(d.vocab, tp_, k), end = tp_vocab_begin(d.vocab, tp_, k + 1);
+        for (uint32_t r = begin, block = first_block[k]; r < end; r += lm_rows[k], ++block)
+            add<RmsLmHeadOp>(k, Opcode::rms_lm_head,
+                             RmsLmHeadArgs{r, std::min(lm_rows[k], end - r), block, d.d_model, b.x, b.logits, b.argmax,
+                                           global_weight_id(GlobalWeight::lm_head),
+                                           global_weight_id(GlobalWeight::output_norm)},
+                             g_lm[k], {{residual_ready[k], Operand::input}});
+    }
+    if (tp_ > 1) {
+        // Each rank's logits slice and block argmaxes to every peer: every rank then samples the same token.
+        for (uint32_t k = 0; k < tp_; ++k) g_lm_recv[k] = group(name(k, "lm_recv"));
+        for (uint32_t k = 0; k < tp_; ++k) {
+            const uint32_t begin = tp_vocab_begin(d.vocab, tp_, k), end = tp_vocab_begin(d.vocab, tp_, k + 1);
+            for (uint32_t p = 0; p < tp_; ++p) {
+                if (p == k) continue;
+                add<TransferOp>(k, Opcode::transfer,
+                                TransferArgs{ranks_[k].logits + 4 * begin, ranks_[p].logits + 4 * begin, 4 * (end - begin), p},
+                                g_lm_recv[p], {{g_lm[k], Operand::input}});
+                const uint32_t blocks = first_block[k + 1] - first_block[k];
+                add<TransferOp>(k, Opcode::transfer,
+                                TransferArgs{ranks_[k].argmax + 8 * first_block[k], ranks_[p].argmax + 8 * first_block[k],
+                                             8 * blocks, p},
+                                g_lm_recv[p], {{g_lm[k], Operand::input}});
             }
         }
-        const uint32_t g_attn = group(fmt::format("attn.L{}", L));
-        for (uint32_t h = 0; h < d.n_kv_heads; ++h)
-            for (uint32_t p = 0; p < parts; ++p)
-                add<AttnPartialOp>(Opcode::attn_partial,
-                                   AttnPartialArgs{L, h, p, parts, q, attn_o, attn_ml, d.head_dim, d.group_size()}, g_attn,
-                                   {{g_qkv, Operand::kv_cache}});
-        const uint32_t g_reduce = group(fmt::format("attn_reduce.L{}", L));
-        for (uint32_t h = 0; h < d.n_kv_heads; ++h)
-            add<AttnReduceOp>(Opcode::attn_reduce,
-                              AttnReduceArgs{L, h, parts, attn_o, attn_ml, attn_out, d.head_dim, d.group_size()}, g_reduce,
-                              {{g_attn, Operand::partials}});
-        const uint32_t g_o = group(fmt::format("o_proj.L{}", L));
-        const uint32_t o_rows = block_rows(d.d_model, n_sms, 1);
-        for (uint32_t r = 0; r < d.d_model; r += o_rows)
-            add<MatvecAddOp>(Opcode::matvec_add,
-                             MatvecAddArgs{lw(LayerWeight::wo), r, std::min(o_rows, d.d_model - r), d.q_dim(), attn_out, x},
-                             g_o, {{g_reduce, Operand::input}});
-        const uint32_t g_gate_up = group(fmt::format("gate_up.L{}", L));
-        const uint32_t ff_rows = block_rows(d.d_ff, n_sms, 1);
-        for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
-            add<RmsGateUpOp>(Opcode::rms_gate_up,
-                             RmsGateUpArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, x, act, lw(LayerWeight::w_gate),
-                                           lw(LayerWeight::w_up), lw(LayerWeight::ffn_norm)},
-                             g_gate_up, {{g_o, Operand::input}});
-        const uint32_t g_down = group(fmt::format("down.L{}", L));
-        for (uint32_t r = 0; r < d.d_model; r += o_rows)
-            add<MatvecAddOp>(Opcode::matvec_add,
-                             MatvecAddArgs{lw(LayerWeight::w_down), r, std::min(o_rows, d.d_model - r), d.d_ff, act, x},
-                             g_down, {{g_gate_up, Operand::input}});
-        residual_ready = g_down;
     }
-
-    const uint32_t g_lm = group("lm_head");
-    for (uint32_t b = 0; b < lm_blocks; ++b) {
-        const uint32_t r = b * lm_rows;
-        add<RmsLmHeadOp>(Opcode::rms_lm_head,
-                         RmsLmHeadArgs{r, std::min(lm_rows, d.vocab - r), b, d.d_model, x, logits, argmax,
-                                       global_weight_id(GlobalWeight::lm_head),
-                                       global_weight_id(GlobalWeight::output_norm)},
-                         g_lm, {{residual_ready, Operand::input}});
+    for (uint32_t k = 0; k < tp_; ++k) {
+        std::vector<GroupDep> deps{{g_lm[k], Operand::logits}};
+        if (tp_ > 1) deps.push_back({g_lm_recv[k], Operand::logits});
+        add<SampleOp>(k, Opcode::sample,
+                      SampleArgs{ranks_[k].logits, ranks_[k].argmax, graph_.n_lm_blocks, d.vocab, ranks_[k].token},
+                      g_sample[k], std::move(deps));
     }
-    add<SampleOp>(Opcode::sample, SampleArgs{logits, argmax, lm_blocks, d.vocab, token}, g_sample,
-                  {{g_lm, Operand::logits}});
     return std::move(graph_);
 }
 
 }  // namespace
 
-Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target) {
+Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
+                         uint32_t tp) {
     if (dims.n_layers == 0 || dims.d_model == 0 || dims.n_kv_heads == 0 || dims.n_heads % dims.n_kv_heads != 0)
         fail("graph: invalid model dimensions");
-    if (weights.size() != n_weight_ids(dims.n_layers))
-        fail("graph: {} weight formats given, the model needs {}", weights.size(), n_weight_ids(dims.n_layers));
-    return GraphBuilder(dims, weights, target).build();
+    if (tp == 0 || dims.n_kv_heads % tp != 0 || dims.d_ff % tp != 0)
+        fail("graph: {} KV heads and FFN width {} do not split {} ways", dims.n_kv_heads, dims.d_ff, tp);
+    const uint32_t n_ids = n_weight_ids(dims.n_layers * tp);
+    if (weights.size() != n_ids)
+        fail("graph: {} weight formats given, the model needs {}", weights.size(), n_ids);
+    return GraphBuilder(dims, weights, target, tp).build();
 }
 
 }  // namespace mk

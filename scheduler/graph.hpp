@@ -1,6 +1,7 @@
 // The decode step as a DAG: every instruction of one step in its sequential order (seq), the
 // counter group it signals and the groups it waits for, and the activation-arena layout.
-// Block sizes come from the target (SM count, pages), never from model dimensions.
+// Block sizes come from the target (SM count, pages), never from model dimensions. With tensor
+// parallelism the graph holds every rank's nodes (each runs on its rank's SMs) and the exchanges.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +21,7 @@ struct GroupDep {
 struct GraphNode {
     Instruction ins{};  // opcode, args, n_pages and seq; waits and signals come from counters.cpp
     uint32_t group = 0;  // the group this node belongs to (it signals the group's counter by 1)
+    uint32_t rank = 0;   // the tensor-parallel rank whose SMs run it
     std::vector<GroupDep> deps;
     Cost cost;
 };
@@ -30,7 +32,9 @@ struct GraphGroup {
 };
 
 struct Graph {
-    ModelDims dims;
+    ModelDims dims;  // what the instructions address: tp_rank_dims(model, tp)
+    uint32_t tp = 1;
+    uint64_t rank_arena_bytes = 0;  // rank k's buffers are [k * rank_arena_bytes, (k + 1) * rank_arena_bytes)
     std::vector<WeightFormat> weights;
     std::vector<BufferInfo> buffers;
     uint64_t arena_bytes = 0;
@@ -40,6 +44,8 @@ struct Graph {
     std::vector<GraphGroup> groups;
 };
 
-Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target);
+// `dims` are the model's; `weights` are by schedule weight id (tp_weight_formats for tp > 1).
+Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
+                         uint32_t tp = 1);
 
 }  // namespace mk

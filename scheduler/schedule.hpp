@@ -1,5 +1,8 @@
 // A compiled schedule: one in-order instruction stream per SM, the counters they wait on and
 // signal, the activation-arena layout, and what it was compiled for (target, model, TP layout).
+// A tensor-parallel schedule combines all ranks: tp_size * target.n_sms streams (rank k's are
+// [k * n_sms, (k + 1) * n_sms)), rank k's buffers in [k * rank_arena_bytes, (k + 1) * rank_arena_bytes)
+// of the arena, dims of one rank's share with the ranks' layers stacked (scheduler/tensor_parallel.hpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,7 +13,7 @@
 
 namespace mk {
 
-inline constexpr uint32_t kScheduleVersion = 1;
+inline constexpr uint32_t kScheduleVersion = 2;  // 2: tensor parallel (tp_size, rank_arena_bytes, link)
 
 struct CounterInfo {
     std::string name;
@@ -25,20 +28,31 @@ struct BufferInfo {
 
 struct Schedule {
     Target target;
-    ModelDims dims;
+    ModelDims dims;  // what the instructions address (tp_rank_dims of the model's)
     uint64_t config_hash = 0;
-    uint32_t tp_rank = 0, tp_size = 1;
+    uint32_t tp_size = 1;
+    uint64_t rank_arena_bytes = 0;  // arena_bytes / tp_size
     std::string policy;
     uint32_t n_attn_parts = 1;
     uint32_t n_lm_blocks = 1;
     std::vector<WeightFormat> weights;  // by weight id
     std::vector<BufferInfo> buffers;    // the activation arena
     uint64_t arena_bytes = 0;
-    uint32_t logits_off = 0;            // (vocab) fp32
-    uint32_t token_off = 0;             // (1) i32: the sampled token
+    uint32_t logits_off = 0;            // (vocab) fp32 (rank 0's)
+    uint32_t token_off = 0;             // (1) i32: the sampled token (rank 0's)
     std::vector<CounterInfo> counters;
     std::vector<std::vector<Instruction>> streams;  // one per SM, in execution order
 
+    uint32_t rank_of_stream(size_t sm) const { return uint32_t(sm / target.n_sms); }
+    // The model's dims (the ranks' layers unstacked, heads and FFN whole).
+    ModelDims model_dims() const {
+        ModelDims d = dims;
+        d.n_layers /= tp_size;
+        d.n_heads *= tp_size;
+        d.n_kv_heads *= tp_size;
+        d.d_ff *= tp_size;
+        return d;
+    }
     size_t n_instructions() const {
         size_t n = 0;
         for (const auto& s : streams) n += s.size();

@@ -167,14 +167,16 @@ std::vector<uint8_t> serialize_schedule(const Schedule& s) {
     w.f64(t.sm_gflops);
     w.f64(t.hop_ns);
     w.f64(t.instruction_ns);
+    w.f64(t.link_gbs);
+    w.f64(t.link_ns);
     const ModelDims& d = s.dims;
     for (uint32_t v : {d.n_layers, d.d_model, d.n_heads, d.n_kv_heads, d.head_dim, d.d_ff, d.vocab}) w.u32(v);
     w.f32(d.norm_eps);
     w.u32(d.qkv_bias);
     w.u32(d.qk_norm);
     w.u64(s.config_hash);
-    w.u32(s.tp_rank);
     w.u32(s.tp_size);
+    w.u64(s.rank_arena_bytes);
     w.str(s.policy);
     w.u32(s.n_attn_parts);
     w.u32(s.n_lm_blocks);
@@ -239,6 +241,8 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
     t.sm_gflops = r.f64("sm_gflops");
     t.hop_ns = r.f64("hop_ns");
     t.instruction_ns = r.f64("instruction_ns");
+    t.link_gbs = r.f64("link_gbs");
+    t.link_ns = r.f64("link_ns");
     ModelDims& d = s.dims;
     for (uint32_t* v : {&d.n_layers, &d.d_model, &d.n_heads, &d.n_kv_heads, &d.head_dim, &d.d_ff, &d.vocab})
         *v = r.u32("model dims");
@@ -250,8 +254,10 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
     d.qkv_bias = r.u32("qkv_bias");
     d.qk_norm = r.u32("qk_norm");
     s.config_hash = r.u64("config_hash");
-    s.tp_rank = r.u32("tp_rank");
     s.tp_size = r.u32("tp_size");
+    s.rank_arena_bytes = r.u64("rank_arena_bytes");
+    if (s.tp_size == 0 || s.tp_size > 64 || t.n_sms == 0)
+        fail("{}: tensor-parallel size {} with {} SMs per rank (corrupt file)", name, s.tp_size, t.n_sms);
     s.policy = r.str("policy");
     s.n_attn_parts = r.u32("n_attn_parts");
     s.n_lm_blocks = r.u32("n_lm_blocks");

@@ -75,6 +75,8 @@ std::string schedule_to_json(const Schedule& s) {
           {"bandwidth_gbs", t.bandwidth_gbs},
           {"sm_gflops", t.sm_gflops},
           {"hop_ns", t.hop_ns},
+          {"link_gbs", t.link_gbs},
+          {"link_ns", t.link_ns},
           {"instruction_ns", t.instruction_ns}}},
         {"dims",
          {{"n_layers", d.n_layers},
@@ -89,8 +91,8 @@ std::string schedule_to_json(const Schedule& s) {
           {"qk_norm", d.qk_norm}}},
         // A string: JSON readers that hold numbers as doubles would round a 64-bit hash.
         {"config_hash", fmt::format("{:016x}", s.config_hash)},
-        {"tp_rank", s.tp_rank},
         {"tp_size", s.tp_size},
+        {"rank_arena_bytes", s.rank_arena_bytes},
         {"policy", s.policy},
         {"n_attn_parts", s.n_attn_parts},
         {"n_lm_blocks", s.n_lm_blocks},

@@ -91,7 +91,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             const auto& entries = log[wait.counter];
             const auto hit = std::lower_bound(entries.begin(), entries.end(), uint64_t(wait.target),
                                               [](const SignalLog& e, uint64_t t) { return e.value_after < t; });
-            const double met = hit->time_ns + (hit->sm == sm ? 0.0 : s.target.hop_ns);
+            const double met = hit->time_ns + dependency_ns(s.target, hit->sm, sm);
             if (met > ev.ready_ns) {
                 ev.ready_ns = met;
                 ev.waited_sm = hit->sm;

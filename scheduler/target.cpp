@@ -23,6 +23,8 @@ Target target_h200() {
     t.sm_gflops = 500.0;
     t.hop_ns = 700.0;
     t.instruction_ns = 150.0;
+    t.link_gbs = 450.0;  // NVLink 4: 18 links x 25 GB/s each way
+    t.link_ns = 1500.0;  // assumed: a peer store, a system-scope fence and the flag, seen ~1.5 us later
     return t;
 }
 
@@ -47,6 +49,8 @@ Target target_cpu() {
     t.sm_gflops = 20.0;
     t.hop_ns = 2000.0;
     t.instruction_ns = 300.0;
+    t.link_gbs = 20.0;  // ranks emulated in one process: a copy in memory
+    t.link_ns = t.hop_ns;
     return t;
 }
 

@@ -1,4 +1,4 @@
-// What a schedule is compiled for: the number of SMs (streams), each SM's shared memory split
+// What a schedule is compiled for: the number of SMs (streams) per rank, each SM's shared memory split
 // into pages, and the cost-model constants the list scheduler and the simulator use.
 #pragma once
 #include <cstdint>
@@ -16,6 +16,9 @@ struct Target {
     double sm_gflops = 10.0;        // per-SM fp32 throughput, GFLOP/s
     double hop_ns = 1000.0;         // latency of a cross-SM dependency (signal -> waiter sees it)
     double instruction_ns = 200.0;  // fixed cost of decoding and starting an instruction
+    // Tensor parallel: the link between two ranks (NVLink between GPUs).
+    double link_gbs = 450.0;        // one direction, GB/s
+    double link_ns = 1500.0;        // a remote signal's latency (write, fence, flag seen by the peer)
 };
 
 // The lent H200: 132 SMs, 227 KiB opt-in shared memory, ~4.3 TB/s measured copy bandwidth.

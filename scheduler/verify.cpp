@@ -11,7 +11,7 @@
 namespace mk {
 
 const char* verify_check_name(VerifyCheck check) {
-    static const char* const kNames[] = {"structure", "counters", "pages", "deadlock", "race", "fence"};
+    static const char* const kNames[] = {"structure", "counters", "pages", "deadlock", "race", "fence", "ranks"};
     static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(VerifyCheck::count));
     return size_t(check) < size_t(VerifyCheck::count) ? kNames[size_t(check)] : "?";
 }
@@ -70,9 +70,10 @@ bool check_structure(Context& ctx) {
         good = false;
         return ctx.add(VerifyCheck::structure, std::move(message));
     };
-    if (s.streams.size() != s.target.n_sms &&
-        !bad(fmt::format("structure: {} streams for a target of {} SMs", s.streams.size(), s.target.n_sms)))
-        return false;
+    if (s.tp_size == 0 || s.streams.size() != uint64_t(s.target.n_sms) * s.tp_size)
+        if (!bad(fmt::format("structure: {} streams for {} rank(s) of {} SMs", s.streams.size(), s.tp_size,
+                             s.target.n_sms)))
+            return false;
     if (s.counters.size() > 0x10000 && !bad(fmt::format("structure: {} counters, ids are 16-bit", s.counters.size())))
         return false;
     if (s.weights.size() != n_weight_ids(s.dims.n_layers) &&
@@ -213,6 +214,7 @@ VerifyReport verify(const Schedule& schedule, const VerifyOptions& options) {
     if (check_structure(ctx)) {
         check_counters(ctx);
         if (!ctx.stopped) check_pages(ctx);
+        if (!ctx.stopped) verify_detail::check_ranks(ctx);
         if (!ctx.stopped && report.count(VerifyCheck::counters) == 0) {
             // Ordering needs per-step totals that match the signals (epoch targets assume them).
             verify_detail::check_deadlock(ctx);

@@ -1,6 +1,7 @@
 // The schedule verifier: proves before anything runs that a schedule has no race (every conflicting
 // pair of accesses is ordered by stream order and counters, within a step and across steps), cannot
-// deadlock, keeps its counters consistent and in range, and declares the pages its ops need.
+// deadlock, keeps its counters consistent and in range, and declares the pages its ops need. A
+// tensor-parallel schedule is checked whole, so these hold across ranks too (remote writes included).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -24,6 +25,7 @@ enum class VerifyCheck : uint8_t {
     deadlock,   // some wait can never be met (a 1-token generation hangs)
     race,       // two conflicting accesses not ordered by happens-before
     fence,      // a next-step signal could satisfy this step's wait early (a race once streams run ahead)
+    ranks,      // tensor parallel: an instruction touches another rank's memory other than by a transfer
     count
 };
 const char* verify_check_name(VerifyCheck check);

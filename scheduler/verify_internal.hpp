@@ -34,6 +34,8 @@ struct Context {
 
 // Runs one step greedily; reports the waits that can never be met. True when a step always completes.
 bool check_deadlock(Context& ctx);
+// Tensor parallel: every instruction touches only its own rank's memory, a transfer's destination only its peer's.
+void check_ranks(Context& ctx);
 // Happens-before over two unrolled steps: every conflicting pair of accesses, and the cross-step fence.
 void check_order(Context& ctx);
 

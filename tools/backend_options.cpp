@@ -23,6 +23,14 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("--watchdog-ms", o.watchdog_ms,
                     "cuda: a wait longer than this many ms stops the kernel with a fault report (default 2000)")
         ->check(CLI::Range(1u, 3600000u));
+    cmd->add_option("--tp", o.tp,
+                    "Tensor-parallel ranks: heads, FFN and vocabulary split N ways (must divide the KV heads); on "
+                    "the cpu backend the ranks are emulated in this process")
+        ->check(CLI::Range(1u, 64u));
+    cmd->add_option("--tp-loopback", o.tp_loopback,
+                    "cuda: run N tensor-parallel ranks as disjoint SM partitions of one GPU, exchanging partial "
+                    "results from inside the kernel as separate GPUs would")
+        ->check(CLI::Range(1u, 64u));
     cmd->add_option("--trace", o.trace_file, "cuda: write a Chrome/Perfetto trace of the instructions run to this .json file");
 }
 

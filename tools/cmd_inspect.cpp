@@ -23,8 +23,8 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 void print_inspection(const Schedule& s, const Simulation& sim, const VerifyReport& report) {
-    fmt::print("target {} ({} SMs, {} pages of {} bytes), policy {}, tp {}/{}, config hash {:016x}\n", s.target.name,
-               s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.tp_rank, s.tp_size, s.config_hash);
+    fmt::print("target {} ({} SMs, {} pages of {} bytes), policy {}, tp {}, config hash {:016x}\n", s.target.name,
+               s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.tp_size, s.config_hash);
     fmt::print("{} instructions, {} counters, arena {} bytes, {} attention chunks, {} LM-head blocks\n\n",
                s.n_instructions(), s.counters.size(), s.arena_bytes, s.n_attn_parts, s.n_lm_blocks);
     fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");

@@ -33,11 +33,19 @@ void register_schedule(CLI::App& app) {
     cmd->add_option("--smem", o->backend.smem_bytes, "Shared memory per SM in bytes (with --sms)");
     cmd->add_option("--policy", o->backend.policy, "critical-path | round-robin")
         ->check(CLI::IsMember({"critical-path", "round-robin"}));
+    cmd->add_option("--tp", o->backend.tp,
+                    "Tensor-parallel ranks: one combined schedule of N ranks of the target's SMs each, exchanging "
+                    "partial results with transfer instructions")
+        ->check(CLI::Range(1u, 64u));
+    cmd->add_option("--tp-loopback", o->backend.tp_loopback,
+                    "cuda: N ranks sharing one GPU (each rank gets 1/N of its SMs)")
+        ->check(CLI::Range(1u, 64u));
     cmd->callback([o] {
         Model model = open_model(o->model);
         const Target target = resolve_target(o->backend);
         const auto t0 = std::chrono::steady_clock::now();
-        Schedule s = compile_schedule(model.config, backend_weight_formats(model, o->backend), target, parse_policy(o->backend.policy));
+        Schedule s = compile_schedule(model.config, backend_weight_formats(model, o->backend), target,
+                                      parse_policy(o->backend.policy), resolve_tp(o->backend));
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());

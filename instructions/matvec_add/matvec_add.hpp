@@ -1,5 +1,6 @@
 // matvec_add: a block of output rows of a matrix-vector product added into the fp32 residual
-// stream: x[rows] += W[rows, :] . in (the O-projection and the down-projection).
+// stream: x[rows] += W[rows, :] . in (the O-projection and the down-projection). With `store` set it
+// writes x[rows] = W[rows, :] . in instead: a tensor-parallel rank's partial result, summed by reduce_add.
 #pragma once
 #include "instructions/common/page_plan.hpp"
 
@@ -11,7 +12,8 @@ struct MatvecAddArgs {
     uint32_t n_rows;
     uint32_t cols;
     uint32_t in_off;  // (cols) fp32 input vector
-    uint32_t x_off;   // (d_model) fp32 residual stream
+    uint32_t x_off;   // (d_model) fp32 residual stream, or the rank's receive slot when store is set
+    uint32_t store;   // 0: x[rows] += dot; 1: x[rows] = dot
 };
 
 struct MatvecAddOp {

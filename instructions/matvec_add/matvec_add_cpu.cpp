@@ -13,13 +13,15 @@ void MatvecAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     float* x = ctx.f32(a.x_off);
     const DType dtype = ctx.weights[a.weight].dtype;
     for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        x[row] += dot_row(dtype, bytes, in, a.cols);
+        const float dot = dot_row(dtype, bytes, in, a.cols);
+        x[row] = a.store ? dot : x[row] + dot;
     });
 }
 
 std::string MatvecAddOp::describe(const Instruction& ins) {
     auto a = decode_args<MatvecAddArgs>(ins);
-    return fmt::format("matvec_add w={} rows [{}, {}) k={}", a.weight, a.row_begin, a.row_begin + a.n_rows, a.cols);
+    return fmt::format("matvec_add w={} rows [{}, {}) k={}{}", a.weight, a.row_begin, a.row_begin + a.n_rows, a.cols,
+                       a.store ? " (store)" : "");
 }
 
 }  // namespace mk

@@ -28,6 +28,17 @@ std::string resolve_backend(const api::BackendOptions& o) {
 }
 }  // namespace
 
+uint32_t resolve_tp(const api::BackendOptions& o) {
+    if (o.tp_loopback) {
+        if (!is_cuda_backend(resolve_backend(o)))
+            fail("--tp-loopback {} shares one GPU between the ranks: it needs --backend cuda or cuda-kernels (the cpu "
+                 "backend emulates ranks with --tp {})", o.tp_loopback, o.tp_loopback);
+        if (o.tp != 1 && o.tp != o.tp_loopback) fail("--tp {} and --tp-loopback {} disagree", o.tp, o.tp_loopback);
+        return o.tp_loopback;
+    }
+    return o.tp == 0 ? 1 : o.tp;
+}
+
 Target resolve_target(const api::BackendOptions& o) {
     if (o.sms || o.smem_bytes) {
         if (!o.sms || !o.smem_bytes) fail("--sms and --smem go together");
@@ -38,7 +49,10 @@ Target resolve_target(const api::BackendOptions& o) {
 #if MK_HAVE_CUDA
     if (is_cuda_backend(resolve_backend(o))) {
         const DeviceInfo device = current_device();
-        return target_device(device.sm_count, device.smem_optin);
+        const uint32_t ranks = resolve_tp(o);  // loopback: each rank gets its share of the SMs
+        if (device.sm_count < ranks)
+            fail("--tp-loopback {}: {} has only {} SMs", ranks, device.name, device.sm_count);
+        return target_device(device.sm_count / ranks, device.smem_optin);
     }
 #endif
     return target_cpu();
@@ -53,6 +67,8 @@ void check_schedule_for(const Model& model, const Schedule& s, const std::string
 std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& o) {
     // The CUDA backends stream 16-byte-aligned rows (bind_weights pads the model's rows to match).
     std::vector<WeightFormat> formats = weight_formats(model);
+    if (const uint32_t tp = resolve_tp(o); tp > 1)
+        formats = tp_weight_formats(formats, model_dims(model.config), tp);
     if (is_cuda_backend(resolve_backend(o))) formats = padded_row_formats(std::move(formats), kDeviceRowAlign);
     return formats;
 }
@@ -62,14 +78,20 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
         if (!o.target.empty() || o.sms) fail("--schedule already fixes the target; drop --target/--sms");
         Schedule s = load_schedule(o.schedule_file);
         check_schedule_for(model, s, o.schedule_file);
+        if (const uint32_t tp = resolve_tp(o); tp > 1 && tp != s.tp_size)
+            fail("{}: compiled for {} tensor-parallel rank(s), not the --tp {} asked for", o.schedule_file, s.tp_size, tp);
         verify_or_throw(s, o.schedule_file);
         return s;
     }
-    return compile_schedule(model.config, backend_weight_formats(model, o), resolve_target(o), parse_policy(o.policy));
+    return compile_schedule(model.config, backend_weight_formats(model, o), resolve_target(o), parse_policy(o.policy),
+                            resolve_tp(o));
 }
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
+    if (schedule.tp_size > 1 && is_cuda_backend(backend) && !o.tp_loopback)
+        fail("--tp {} --backend {}: ranks on separate GPUs (NCCL) are not built yet; --tp-loopback {} runs the ranks "
+             "as SM partitions of this GPU", schedule.tp_size, backend, schedule.tp_size);
 #if MK_HAVE_CUDA
     if (backend == "cuda") {
         CudaProgramOptions co;

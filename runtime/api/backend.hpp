@@ -10,7 +10,9 @@
 
 namespace mk {
 
-// Target from target / sms+smem_bytes (default: the CPU backend's own target).
+// Tensor-parallel ranks from tp / tp_loopback; throws for combinations no backend runs.
+uint32_t resolve_tp(const api::BackendOptions& options);
+// Target (per rank) from target / sms+smem_bytes (default: the CPU backend's own target).
 Target resolve_target(const api::BackendOptions& options);
 // The weight formats a schedule for this backend is compiled against (rows padded for the CUDA backends).
 std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& options);

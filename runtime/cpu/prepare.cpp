@@ -72,8 +72,8 @@ void check_plan(const Schedule& s, const ProgramMemory& memory, const Instructio
 
 PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory, bool check_pages,
                                   bool keep_accesses) {
-    if (s.streams.size() != s.target.n_sms)
-        fail("schedule: {} streams for a target of {} SMs", s.streams.size(), s.target.n_sms);
+    if (s.tp_size == 0 || s.streams.size() != uint64_t(s.target.n_sms) * s.tp_size)
+        fail("schedule: {} streams for {} rank(s) of {} SMs", s.streams.size(), s.tp_size, s.target.n_sms);
     if (s.arena_bytes > 0 && memory.arena == nullptr) fail("schedule: the program gives no arena");
     check_weights(s, memory);
 

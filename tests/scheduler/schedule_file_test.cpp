@@ -23,7 +23,8 @@ Schedule sample() {
     s.dims.qkv_bias = 1;
     s.dims.qk_norm = 1;
     s.config_hash = 0xfedcba9876543210ull;
-    s.tp_rank = 1;
+    s.rank_arena_bytes = 12345;
+    s.target.link_ns = 777.0;
     s.tp_size = 2;
     s.policy = "critical-path";
     s.n_attn_parts = 16;
@@ -69,7 +70,8 @@ void check_same(const Schedule& a, const Schedule& b) {
     CHECK(a.target.instruction_ns == b.target.instruction_ns);
     CHECK(std::memcmp(&a.dims, &b.dims, sizeof(ModelDims)) == 0);
     CHECK(a.config_hash == b.config_hash);
-    CHECK(a.tp_rank == b.tp_rank);
+    CHECK(a.rank_arena_bytes == b.rank_arena_bytes);
+    CHECK(a.target.link_ns == b.target.link_ns);
     CHECK(a.tp_size == b.tp_size);
     CHECK(a.policy == b.policy);
     CHECK(a.n_attn_parts == b.n_attn_parts);
@@ -166,7 +168,7 @@ TEST_CASE("another version, absurd counts and trailing bytes are refused by name
                       "big.mks: target name is 2147483657 bytes long, more than 65536 (corrupt file)");
 
     // The weight count follows the fixed-size header fields; claim far more weights than bytes left.
-    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 4 * 8 + 7 * 4 + 4 + 4 + 4 + 8 + 4 + 4 + 4 +
+    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 6 * 8 + 7 * 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 +
                               13 /* "critical-path" */ + 4 + 4;
     bad = good;
     REQUIRE(bad[weights_at] == n_weight_ids(1));

@@ -159,7 +159,7 @@ TEST_CASE("malformed structure is rejected before anything indexes with it", "[c
 
     s = pipeline();
     s.streams.push_back({});
-    CHECK(mentions(verify(s), "structure: 3 streams for a target of 2 SMs"));
+    CHECK(mentions(verify(s), "structure: 3 streams for 1 rank(s) of 2 SMs"));
 
     s = pipeline();
     CHECK(

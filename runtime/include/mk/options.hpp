@@ -23,6 +23,8 @@ struct BackendOptions {
     bool graph = false;                   // cuda-kernels: replay each step as a captured CUDA graph
     uint32_t watchdog_ms = 2000;          // cuda: a wait longer than this aborts the kernel with a fault report
     std::string trace_file;               // cuda: write a Chrome/Perfetto trace of the instructions run
+    uint32_t tp = 1;                      // tensor-parallel ranks (cpu: emulated in this process)
+    uint32_t tp_loopback = 0;             // cuda: N ranks as disjoint SM partitions of one GPU (0 off)
 };
 
 // The sampling rule: repetition penalty, temperature, top-k, softmax, min-p, top-p, then an

@@ -1,0 +1,52 @@
+// The rank check of a tensor-parallel schedule: what lets the combined schedule run as one program per
+// GPU, with transfers as the only writes into another GPU's memory (and no instruction reading one).
+#include <fmt/format.h>
+
+#include "instructions/registry.hpp"
+#include "instructions/transfer/transfer.hpp"
+#include "scheduler/verify_internal.hpp"
+
+namespace mk::verify_detail {
+
+void check_ranks(Context& ctx) {
+    const Schedule& s = ctx.schedule;
+    if (s.tp_size <= 1) return;
+    const uint64_t region = s.rank_arena_bytes;
+    const uint32_t layers = s.dims.n_layers / s.tp_size;  // per rank
+    if (region == 0 || region * s.tp_size != s.arena_bytes || layers * s.tp_size != s.dims.n_layers) {
+        ctx.add(VerifyCheck::ranks, fmt::format("ranks: {} ranks do not split an arena of {} bytes into regions of {} "
+                                                "or {} layers evenly",
+                                                s.tp_size, s.arena_bytes, region, s.dims.n_layers));
+        return;
+    }
+    const uint64_t kv_slots = uint64_t(layers) * s.dims.kv_dim();  // KV element slots per rank
+    for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
+        const Instruction& ins = *ctx.ins[f];
+        const OpInfo& op = op_info(ins.opcode);
+        const uint32_t rank = s.rank_of_stream(ctx.stream_of[f]);
+        auto check = [&](uint64_t begin, uint64_t end, uint64_t per_rank, uint32_t owner, const char* what) {
+            const uint64_t first = begin / per_rank, last = (end - 1) / per_rank;
+            if (end > begin && (first != owner || last != owner))
+                ctx.add(VerifyCheck::ranks, fmt::format("ranks: {} runs on rank {} but {} [{}, {}) of rank {}{}",
+                                                        ctx.label(f), rank, what, begin, end, first,
+                                                        last != first ? fmt::format("..{}", last) : ""));
+        };
+        const bool transfer = ins.opcode == uint16_t(Opcode::transfer);
+        const uint32_t peer = transfer ? decode_args<TransferArgs>(ins).dst_rank : rank;
+        if (transfer && (peer == rank || peer >= s.tp_size))
+            ctx.add(VerifyCheck::ranks, fmt::format("ranks: {} on rank {} sends to rank {}", ctx.label(f), rank, peer));
+        for (const Access& a : op.accesses(ins, s.dims)) {
+            if (a.space == Space::arena)
+                check(a.begin, a.end, region, transfer && a.write ? peer : rank, a.write ? "writes arena" : "reads arena");
+            else
+                check(a.begin, a.end, kv_slots, rank, "touches the KV slots");
+        }
+        for (uint32_t id : op.weights(ins))
+            if (id >= uint32_t(GlobalWeight::count)) {
+                const uint32_t layer = (id - uint32_t(GlobalWeight::count)) / uint32_t(LayerWeight::count);
+                check(layer, layer + 1, layers, rank, "reads the weights of layer");
+            }
+    }
+}
+
+}  // namespace mk::verify_detail

@@ -57,7 +57,8 @@ void print_summary(const GenerateStats& s, double load_ms, double total_ms, cons
     const double gbs = eval_per_token > 0 ? bytes / (eval_per_token * 1e6) : 0.0;
     if (json) {
         nlohmann::json j = {{"backend", program.backend_name()}, {"threads", program.n_threads()},
-                            {"sms", program.schedule().streams.size()}, {"load_ms", load_ms},
+                            {"sms", program.schedule().streams.size()}, {"tp", program.schedule().tp_size},
+                            {"load_ms", load_ms},
                             {"prompt_tokens", s.n_prompt}, {"prompt_ms", s.prompt_ms},
                             {"prompt_tokens_per_s", rate(s.prompt_ms, s.n_prompt)}, {"generated_tokens", s.n_generated},
                             {"eval_steps", s.n_eval_steps}, {"eval_ms", s.eval_ms},
@@ -67,8 +68,10 @@ void print_summary(const GenerateStats& s, double load_ms, double total_ms, cons
         fmt::print(stderr, "{}\n", j.dump());
         return;
     }
-    fmt::print(stderr, "\n\nmk: backend {} ({} virtual SMs on {} threads){}\n", program.backend_name(),
-               program.schedule().streams.size(), program.n_threads(), s.cancelled ? ", interrupted" : "");
+    const Schedule& schedule = program.schedule();
+    const std::string ranks = schedule.tp_size > 1 ? fmt::format(" in {} tensor-parallel ranks", schedule.tp_size) : "";
+    fmt::print(stderr, "\n\nmk: backend {} ({} virtual SMs{} on {} threads){}\n", program.backend_name(),
+               schedule.streams.size(), ranks, program.n_threads(), s.cancelled ? ", interrupted" : "");
     fmt::print(stderr, "mk: load time        = {:10.2f} ms\n", load_ms);
     fmt::print(stderr, "mk: prompt eval time = {:10.2f} ms / {:5} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
                s.prompt_ms, s.n_prompt, per(s.prompt_ms, s.n_prompt), rate(s.prompt_ms, s.n_prompt));

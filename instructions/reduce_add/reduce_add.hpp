@@ -16,8 +16,10 @@ struct ReduceAddArgs {
 };
 
 struct ReduceAddOp {
+    static constexpr uint32_t kMaxSlots = 64;  // the largest TP size
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<ReduceAddArgs>(ins);
+        if (a.n_slots == 0 || a.n_slots > kMaxSlots) fail_slots(a);  // one access per slot: refuse a fuzzed count
         const uint64_t rows = 4ull * a.row_begin, bytes = 4ull * a.n_rows;
         std::vector<Access> out{{Space::arena, a.x_off + rows, a.x_off + rows + bytes, true}};
         for (uint32_t k = 0; k < a.n_slots; ++k) {
@@ -34,6 +36,7 @@ struct ReduceAddOp {
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
+    [[noreturn]] static void fail_slots(const ReduceAddArgs& a);
 };
 
 }  // namespace mk

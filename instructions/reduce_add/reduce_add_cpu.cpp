@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "models/error.hpp"
+
 namespace mk {
 
 void ReduceAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
@@ -13,6 +15,10 @@ void ReduceAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         for (uint32_t k = 0; k < a.n_slots; ++k) sum += ctx.f32(a.recv_off + k * a.slot_bytes)[r];
         x[r] += sum;
     }
+}
+
+void ReduceAddOp::fail_slots(const ReduceAddArgs& a) {
+    fail("reduce_add: {} ranks' partial results, expected 1..{}", a.n_slots, kMaxSlots);
 }
 
 std::string ReduceAddOp::describe(const Instruction& ins) {

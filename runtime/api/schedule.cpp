@@ -29,6 +29,7 @@ ScheduleInfo Schedule::info() const {
     info.target = s.target.name;
     info.policy = s.policy;
     info.n_sms = uint32_t(s.streams.size());
+    info.tp = s.tp_size;
     info.n_instructions = s.n_instructions();
     info.n_counters = s.counters.size();
     info.arena_bytes = s.arena_bytes;

@@ -75,6 +75,18 @@ TEST_CASE("API: a seed gives the same text, another seed another text", "[cpu][m
     CHECK(a != c);
 }
 
+TEST_CASE("API: three tensor-parallel ranks sample the seeded text of one", "[cpu][model][tp]") {
+    Model model = Model::load(mk::test::default_model_path().string());
+    BackendOptions tp3;
+    tp3.tp = 3;
+    CHECK(model.compile(tp3).info().tp == 3);
+    // Sampling reads every rank's logits slice, so this also checks the LM-head exchange.
+    const std::string one = model.new_session().generate("Once upon a time", seeded(24, 11)).text;
+    const std::string three = model.new_session(tp3).generate("Once upon a time", seeded(24, 11)).text;
+    CHECK(!one.empty());
+    CHECK(three == one);
+}
+
 TEST_CASE("API: chat mode answers the capital of France with Paris", "[cpu][model]") {
     Model model = Model::load(mk::test::default_model_path().string());
     REQUIRE(model.info().has_chat_template);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The mk CLI refuses bad input with exit code 2 and one line "mk: error: <file>: <what is wrong>": corrupt or
-# other-version .mks files, a context that cannot fit (MK_MEMORY_LIMIT), over-long prompts, bad models and flags.
+# other-version .mks files, a context that cannot fit (MK_MEMORY_LIMIT), over-long prompts, bad models and flags,
+# tensor-parallel sizes that do not fit.
 # Usage: cli_errors_test.sh MK_EXE WORK_DIR
 set -uo pipefail
 mk=$1
@@ -67,6 +68,16 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda-kernels --graph
 fi
 expect 2 'are for the CUDA backends' "$mk" "${run[@]}" --backend cpu --stepwise
+
+# Tensor parallel: sizes the model cannot split, loopback without a GPU backend, a schedule of another size.
+expect 0 '' "$mk" "${run[@]}" --tp 2
+expect 2 "^mk: error: --tp 3: the model's 2 KV heads do not split 3 ways \\(the TP size must divide the KV heads\\)$" \
+  "$mk" "${run[@]}" --tp 3
+expect 2 '^mk: error: --tp-loopback 2 shares one GPU between the ranks: it needs --backend cuda or cuda-kernels' \
+  "$mk" "${run[@]}" --backend cpu --tp-loopback 2
+expect 2 '^mk: error: .*good\.mks: compiled for 1 tensor-parallel rank\(s\), not the --tp 2 asked for$' \
+  "$mk" "${run[@]}" --schedule "$dir/good.mks" --tp 2
+expect nonzero 'tp' "$mk" "${run[@]}" --tp 0
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -11,7 +11,8 @@ namespace mk::api {
 struct ScheduleInfo {
     std::string target;       // "h200", "cpu", "custom"
     std::string policy;       // critical-path | round-robin
-    uint32_t n_sms = 0;       // streams
+    uint32_t n_sms = 0;       // streams (all ranks')
+    uint32_t tp = 1;          // tensor-parallel ranks
     size_t n_instructions = 0;
     size_t n_counters = 0;
     uint64_t arena_bytes = 0; // activation arena
@@ -21,7 +22,7 @@ struct ScheduleInfo {
 // The target's cost model run over one step (see scheduler/simulate.hpp).
 struct ScheduleSimulation {
     double step_us = 0.0;     // predicted time of one decode step
-    double weight_gbs = 0.0;  // weight bytes streamed per step / step time
+    double weight_gbs = 0.0;  // weight bytes streamed per step (all ranks) / step time
 };
 
 class Schedule {

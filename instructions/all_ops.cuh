@@ -4,10 +4,12 @@
 #include "instructions/attn_reduce/attn_reduce.cuh"
 #include "instructions/embed/embed.cuh"
 #include "instructions/matvec_add/matvec_add.cuh"
+#include "instructions/reduce_add/reduce_add.cuh"
 #include "instructions/rms_gate_up/rms_gate_up.cuh"
 #include "instructions/rms_lm_head/rms_lm_head.cuh"
 #include "instructions/rms_qkv/rms_qkv.cuh"
 #include "instructions/sample/sample.cuh"
+#include "instructions/transfer/transfer.cuh"
 
 namespace mk {
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one call on a lent H200, smallest first: smoke, ops, forward, resident (+ the HF
-# check), bench. Every stage has its own time limit (together under 8 minutes); logs and the closing
-# tables go to $OUT (./gpu-check-out when unset). Exit 1 when a stage failed. See README "GPU check".
+# check), tp (tensor parallel on SM partitions: --tp-loopback), bench. Every stage has its own time limit
+# (together 8 minutes at most); logs and the closing tables go to $OUT (./gpu-check-out when unset).
+# Exit 1 when a stage failed. See README "GPU check".
 #
 #   tools/gpu-check.sh [--only STAGE[,STAGE]]... [--stop-on-failure] [--build] [--bin DIR]
 #   tools/gpu-check.sh --dry-run [--bin DIR]   everything but GPU launches (CI runs this)
@@ -12,17 +13,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 self="$root/tools/gpu-check.sh"
 carry="$root/build/gpu-carry"
 gpu_build="$root/build/gpu"
-all_stages=(smoke ops forward resident bench)
+all_stages=(smoke ops forward resident tp bench)
 # The benchmark model: synthetic:SHAPE:DTYPE$KEYS (MK_GPU_BENCH_KEYS=":layers=2" for a quick try).
 bench_shape=${MK_GPU_BENCH_SHAPE:-llama-3.2-1b} bench_keys=${MK_GPU_BENCH_KEYS:-}
-declare -A stage_limit_s=([smoke]=30 [ops]=60 [forward]=100 [resident]=75 [bench]=200)
+declare -A stage_limit_s=([smoke]=25 [ops]=60 [forward]=100 [resident]=75 [tp]=50 [bench]=170)
 declare -A stage_about=([smoke]="nvidia-smi, mk devices, [cuda][smoke]" [ops]="[cuda][ops]" \
   [forward]="[cuda][forward]" [resident]="[cuda][resident], the HF transformers check, each CLI mode" \
+  [tp]="[cuda][tp], mk generate --backend cuda --tp-loopback 3 against --backend cpu" \
   [bench]="copy bandwidth, mk bench of synthetic:$bench_shape (cuda, cuda-kernels, --graph), torch eager/compiled")
 jobs=${MK_JOBS:-$(nproc)}
 
 usage() {
-  sed -n '2,8p' "$self" | sed 's/^# \{0,1\}//'
+  sed -n '2,9p' "$self" | sed 's/^# \{0,1\}//'
   echo "stages: ${all_stages[*]} (limits: $(for s in "${all_stages[@]}"; do printf '%s %ss ' "$s" "${stage_limit_s[$s]}"; done))"
 }
 
@@ -105,6 +107,8 @@ if [[ -z ${MK_GPU_CHECK_LOGGING:-} ]]; then
   "$self" "${args[@]}" 2>&1 | tee "$out/gpu-check.log"
   exit "${PIPESTATUS[0]}"
 fi
+# The default model (SmolLM2, fetched by tools/setup.sh) from the cache as it was, before the private one below.
+default_model="${MK_CACHE:-$HOME/.cache/mk}/SmolLM2-135M-Instruct.Q4_1.gguf"
 work=$(mktemp -d "${TMPDIR:-/tmp}/mk-gpu-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export MK_CACHE="$work/cache" PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX="$work/pycache"
@@ -230,6 +234,21 @@ stage_resident() {
     ((size < 8 * 1048576)) && cp "$work/trace.json" "$out/trace.json"
   fi
 }
+stage_tp() {
+  # Without the default model (it is over the carry limit), its cases are left out and the CLI
+  # comparison uses a synthetic f32 model of its shape (f32: CPU and GPU differ only in summation order).
+  local spec="[cuda][tp]" model=$default_model
+  if [[ ! -f $default_model ]]; then
+    echo "gpu-check: $default_model is not on this machine: [model] cases skipped, the CLI uses a synthetic model" >&2
+    spec="[cuda][tp]~[model]" model=synthetic:smollm2-135m:f32:layers=4:seed=41
+  fi
+  step 35 "$spec" -- env "MK_CACHE=$(dirname "$default_model")" "$cuda_tests" "$spec" "${catch_flags[@]}"
+  local gen=(generate -m "$model" -p "The capital of France is" -n 16 --temp 0 --ignore-eos -c 256)
+  step 15 "mk generate --backend cpu" -- "$mk" "${gen[@]}" --backend cpu >"$work/tp-cpu.txt"
+  step 15 "mk generate --backend cuda --tp-loopback 3" -- "$mk" "${gen[@]}" --backend cuda --tp-loopback 3 \
+    >"$work/tp-cuda.txt"
+  step 5 "the same text" -- diff "$work/tp-cpu.txt" "$work/tp-cuda.txt"
+}
 mk_bench() {  # DTYPE LIMIT FLAGS...: mk bench of the synthetic Llama-3.2-1B, appended to bench.jsonl
   local dtype=$1 limit=$2
   shift 2
@@ -285,6 +304,7 @@ if ((dry_run)); then
       grep -q -- "$f" <<<"$help" || { echo "mk bench --help does not mention $f"; return 1; }
     done
     "$mk" generate --help | grep -q -- --watchdog-ms || { echo "mk generate --help lacks --watchdog-ms"; return 1; }
+    "$mk" generate --help | grep -q -- --tp-loopback || { echo "mk generate --help lacks --tp-loopback"; return 1; }
     # A bad value is refused by the parser, before any model is opened.
     if "$mk" bench --backend no-such-backend -m /nonexistent >/dev/null 2>&1; then
       echo "mk accepted --backend no-such-backend"; return 1
@@ -296,7 +316,7 @@ if ((dry_run)); then
   if [[ $tests_state == ok ]]; then
     # Catch2 v2's --list-tags exits with the number of tags, so its output is what counts.
     "$cuda_tests" --list-tags >"$work/tags.txt" 2>&1
-    for tag in cuda smoke ops forward resident hf; do
+    for tag in cuda smoke ops forward resident tp hf; do
       grep -q "\[$tag\]" "$work/tags.txt" || echo "warning: mk_cuda_tests has no [$tag] test case yet"
     done
   fi

@@ -58,9 +58,16 @@ public:
         if (device.major < 9)
             fail("--backend cuda: {} is sm_{}{}; the interpreter is built for sm_90a (Hopper)", device.name, device.major,
                  device.minor);
-        if (s.target.n_sms > device.sm_count)
+        // One block per stream: a TP schedule's ranks (--tp-loopback) are disjoint SM partitions of this device.
+        const uint64_t n_streams = s.streams.size();
+        if (n_streams > device.sm_count) {
+            if (s.tp_size > 1)
+                fail("schedule: {} ranks of {} SMs need {} SMs, {} has {}; compile each rank for this device's share "
+                     "(--sms {})", s.tp_size, s.target.n_sms, n_streams, device.name, device.sm_count,
+                     device.sm_count / s.tp_size);
             fail("schedule: compiled for {} SMs, {} has {}; compile it for this device (--target h200 or --sms {})",
-                 s.target.n_sms, device.name, device.sm_count, device.sm_count);
+                 n_streams, device.name, device.sm_count, device.sm_count);
+        }
         const uint64_t pages = uint64_t(s.target.n_pages) * s.target.page_bytes;
         const uint64_t scratch = 4ull * (s.dims.d_model + 1024);
         const uint64_t smem = pages + scratch + interpreter_overhead_bytes();
@@ -168,7 +175,7 @@ private:
         p.release_begin = s.release_begin.as<uint32_t>();
         p.release_order = s.release_order.as<uint8_t>();
         p.weight_blob = s.blob.as<uint8_t>();
-        p.n_sms = s.schedule.target.n_sms;
+        p.n_sms = uint32_t(s.schedule.streams.size());  // every rank's streams: one block each
         p.ctx = s.ctx;
         p.counters = s.counters.as<uint64_t>();
         p.step_totals = s.step_totals.as<uint32_t>();

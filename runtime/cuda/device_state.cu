@@ -141,7 +141,9 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     uint32_t samples = 0;
     for (const auto& stream : s.schedule.streams)
         for (const Instruction& ins : stream) samples += Opcode(ins.opcode) == Opcode::sample;
-    if (samples != 1) fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one", samples);
+    if (samples != s.schedule.tp_size)
+        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({})", samples,
+             s.schedule.tp_size);
 
     WeightBlob blob = build_weight_blob(bound.refs);
     s.layout = build_upload_layout(s.schedule, s.prepared, blob);

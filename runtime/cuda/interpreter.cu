@@ -122,7 +122,9 @@ struct Consumers {
                 __threadfence();
                 for (uint32_t g = 0; g < ins.n_signals; ++g)
                     cuda_sync::release_add(&P.counters[ins.signals[g].counter], ins.signals[g].delta);
-                if (Opcode(ins.opcode) == Opcode::sample) post_token(step);
+                // A TP schedule samples the same token on every rank; rank 0's (at token_off) goes to the host.
+                if (Opcode(ins.opcode) == Opcode::sample && decode_args<SampleArgs>(ins).token_off == P.token_off)
+                    post_token(step);
                 if (tiles.used) sh.consumer_ring.finish(P.release_order + P.release_begin[i], tiles.used);
                 if (trace) trace->end = cuda_sync::global_timer_ns();
             }
@@ -130,7 +132,7 @@ struct Consumers {
         return true;
     }
 
-    // The one sample instruction of the step: hand the token to the host and decide whether to go on.
+    // The step's (rank 0's) sample instruction: hand the token to the host and decide whether to go on.
     __device__ void post_token(uint32_t step) {
         const int32_t token = *reinterpret_cast<const int32_t*>(P.ctx.arena + P.token_off);
         const Command& c = sh.command;

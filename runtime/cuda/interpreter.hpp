@@ -18,7 +18,7 @@ struct InterpreterParams {
     const uint32_t* release_begin;
     const uint8_t* release_order;
     const uint8_t* weight_blob;
-    uint32_t n_sms;
+    uint32_t n_sms;  // blocks: the schedule's streams (every rank's, in a TP schedule)
 
     DeviceOpContext ctx;       // pos, token and scratch are set per step inside the kernel
     uint64_t* counters;        // schedule.counters.size(), monotonic for the kernel's life
@@ -46,7 +46,7 @@ uint32_t interpreter_overhead_bytes();
 inline constexpr uint32_t kInterpreterConsumerWarps = 7;
 inline constexpr uint32_t kInterpreterThreads = 32 * (1 + kInterpreterConsumerWarps);
 
-// Launches the kernel cooperatively (grid = params.n_sms, one block per SM) on `stream` (a cudaStream_t).
+// Launches the kernel cooperatively (grid = params.n_sms, one block per stream and SM) on `stream` (a cudaStream_t).
 // Returns "" or the CUDA error text (a grid that cannot be co-resident is refused by the launch).
 std::string launch_interpreter(const InterpreterParams& params, void* stream);
 

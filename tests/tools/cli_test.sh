@@ -55,6 +55,16 @@ for r in rows:
 print("ok:", ", ".join(f'{r["test"]} {r["tokens_per_s"]:.1f} t/s' for r in rows))
 PY
     ;;
+  nccl_probe)
+    # mk devices names the NCCL it would load for tensor parallelism across GPUs, or why it cannot.
+    "$mk" devices >"$out" 2>"$err" || fail "mk devices failed"
+    if grep -q '^cuda: not built' "$out"; then echo "skipped: built without CUDA"; exit 77; fi
+    grep -Eq '^nccl: ' "$out" || fail "no nccl line"
+    MK_NCCL_LIBRARY=/nonexistent/libnccl.so.2 "$mk" devices >"$out" 2>"$err" || fail "mk devices failed"
+    grep -Eq '^nccl: not usable: (/nonexistent/libnccl\.so\.2: cannot load|this mk was built without NCCL headers)' "$out" ||
+      fail "a missing library is not named"
+    echo "ok: $(grep '^nccl' "$out")"
+    ;;
   *)
     echo "cli_test: unknown case $case_name" >&2
     exit 2

@@ -253,7 +253,7 @@ TEST_CASE("interpreter rejects schedules it cannot run", "[cpu]") {
     }
     SECTION("streams and SMs disagree") {
         s.target.n_sms = 3;
-        rejects("2 streams for a target of 3 SMs");
+        rejects("2 streams for 1 rank(s) of 3 SMs");
     }
 }
 

@@ -37,6 +37,10 @@ constexpr ShapeDef kShapes[] = {
     {"smollm2-135m", Arch::llama, 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true, 0, 0, 0, 0, "smollm"},
     {"llama-3.2-1b", Arch::llama, 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, 32, 1, 4, 8192,
      "llama-bpe"},
+    {"llama-3.1-8b", Arch::llama, 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 1e-5f, false, 8, 1, 4, 8192,
+     "llama-bpe"},
+    {"llama-3.1-70b", Arch::llama, 80, 8192, 64, 8, 128, 28672, 128256, 131072, 500000.0f, 1e-5f, false, 8, 1, 4, 8192,
+     "llama-bpe"},
     {"qwen2-0.5b", Arch::qwen2, 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, "qwen2"},
     {"qwen3-0.6b", Arch::qwen3, 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, "qwen2"},
     {"tiny-llama", Arch::llama, 2, 64, 4, 2, 16, 256, 512, 512, 10000.0f, 1e-5f, false, 0, 0, 0, 0, "gpt-2"},
@@ -83,11 +87,6 @@ struct Draw {
 };
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-DType stored_dtype(const WeightSpec& w, DType wanted) {
-    if (w.kind == WeightKind::norm || w.kind == WeightKind::bias) return DType::F32;
-    return synthetic_storage_dtype(wanted, w.shape.back());
-}
 
 // Runs body(r0, r1) over [0, n_rows) split across the cores; the first exception is rethrown.
 void parallel_rows(int64_t n_rows, const std::function<void(int64_t, int64_t)>& body) {
@@ -176,7 +175,7 @@ void write_gguf(const SyntheticSpec& spec, const ShapeDef& shape, const ModelCon
     // GGUF llama files carry adjacent-pair Q/K rows (the converter permutes them); qwen2/qwen3 keep rotate-half.
     const bool adjacent = c.arch == Arch::llama;
     for (const WeightSpec& ws : weight_specs(c)) {
-        DType dtype = stored_dtype(ws, spec.dtype);
+        DType dtype = synthetic_weight_dtype(ws, spec.dtype);
         int64_t n_rows = ws.shape.size() == 1 ? 1 : ws.shape[0];
         std::vector<uint8_t> bytes(size_t(n_rows) * row_bytes(dtype, ws.shape.back()));  // (rows) in dtype's format
         stored_bytes(ws, c, spec.seed, adjacent, dtype, bytes);
@@ -242,9 +241,9 @@ void write_safetensors(const SyntheticSpec& spec, const ShapeDef& shape, const M
     const std::vector<WeightSpec> specs = weight_specs(c);
     SafetensorsWriter w;
     w.set_metadata("format", "pt");
-    for (const WeightSpec& ws : specs) w.add(ws.hf_name, stored_dtype(ws, spec.dtype), ws.shape);
+    for (const WeightSpec& ws : specs) w.add(ws.hf_name, synthetic_weight_dtype(ws, spec.dtype), ws.shape);
     w.write(dir / "model.safetensors", [&](size_t i, std::span<uint8_t> dst) {
-        stored_bytes(specs[i], c, spec.seed, false, stored_dtype(specs[i], spec.dtype), dst);
+        stored_bytes(specs[i], c, spec.seed, false, synthetic_weight_dtype(specs[i], spec.dtype), dst);
     });
 }
 
@@ -298,6 +297,11 @@ DType synthetic_storage_dtype(DType wanted, int64_t row_length) {
     if (wanted == DType::Q4_K && row_length % 32 == 0) return DType::Q4_1;
     if (wanted == DType::Q6_K && row_length % 32 == 0) return DType::Q8_0;
     return DType::F16;
+}
+
+DType synthetic_weight_dtype(const WeightSpec& w, DType wanted) {
+    if (w.kind == WeightKind::norm || w.kind == WeightKind::bias) return DType::F32;
+    return synthetic_storage_dtype(wanted, w.shape.back());
 }
 
 std::vector<float> synthetic_weight_values(const WeightSpec& w, uint64_t seed) {

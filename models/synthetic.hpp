@@ -1,5 +1,6 @@
-// Synthetic models: named real shapes (smollm2-135m, llama-3.2-1b, qwen2-0.5b, qwen3-0.6b) and tiny test shapes,
-// with seeded random weights, written as a real GGUF file or HF safetensors directory that load_model reads back.
+// Synthetic models: named real shapes (smollm2-135m, llama-3.2-1b, llama-3.1-8b, llama-3.1-70b, qwen2-0.5b,
+// qwen3-0.6b) and tiny test shapes, with seeded random weights, written as a real GGUF file or HF safetensors
+// directory that load_model reads back. A schedule needs only the config and the weights' dtypes (no file).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -38,6 +39,10 @@ ModelConfig synthetic_config(const SyntheticSpec& spec);  // the shape with the 
 // The stored dtype of a matrix whose rows have `row_length` values: `wanted` when its block fits, else the
 // nearest format that does (Q4_K -> Q4_1, Q6_K -> Q8_0, then F16), as llama.cpp's quantizer falls back.
 DType synthetic_storage_dtype(DType wanted, int64_t row_length);
+
+// The dtype write_synthetic_model stores weight `w` in when `wanted` is asked for: F32 for norms and biases,
+// synthetic_storage_dtype for matrices and the embedding.
+DType synthetic_weight_dtype(const WeightSpec& w, DType wanted);
 
 // A byte-level BPE vocabulary of exactly vocab_size tokens (>= 259): <|endoftext|>, <|im_start|>, <|im_end|>,
 // the 256 bytes, then deterministic merges (learned from a small built-in text, then systematic).

@@ -1,8 +1,11 @@
 // compile_schedule: graph -> assignment -> counters.
 #include "scheduler/compile.hpp"
 
+#include <algorithm>
+
 #include "models/error.hpp"
 #include "models/quant.hpp"
+#include "models/synthetic.hpp"
 #include "scheduler/counters.hpp"
 #include "scheduler/graph.hpp"
 
@@ -24,15 +27,27 @@ ModelDims model_dims(const ModelConfig& c) {
 }
 
 namespace {
-WeightFormat format_of(const TensorView& t) {
-    if (!t.data) return {};
+// In LayerWeight order.
+constexpr TensorView LayerWeights::*kLayerFields[] = {
+    &LayerWeights::attn_norm, &LayerWeights::wq,     &LayerWeights::wk,     &LayerWeights::wv,
+    &LayerWeights::wo,        &LayerWeights::bq,     &LayerWeights::bk,     &LayerWeights::bv,
+    &LayerWeights::q_norm,    &LayerWeights::k_norm, &LayerWeights::ffn_norm, &LayerWeights::w_gate,
+    &LayerWeights::w_up,      &LayerWeights::w_down};
+static_assert(sizeof(kLayerFields) / sizeof(kLayerFields[0]) == size_t(LayerWeight::count));
+
+// A tensor of `shape` (outermost first, rows along the last dimension) stored in `dtype`: vectors are one row.
+WeightFormat format_of(DType dtype, const std::vector<int64_t>& shape) {
     WeightFormat f;
-    f.dtype = uint32_t(t.dtype);
-    f.rows = uint32_t(t.shape.size() == 1 ? 1 : t.n_rows());
-    f.cols = uint32_t(t.row_length());
-    f.row_bytes = row_bytes(t.dtype, t.row_length());
+    f.dtype = uint32_t(dtype);
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+    f.rows = uint32_t(rows);
+    f.cols = uint32_t(shape.back());
+    f.row_bytes = row_bytes(dtype, shape.back());
     return f;
 }
+
+WeightFormat format_of(const TensorView& t) { return t.data ? format_of(t.dtype, t.shape) : WeightFormat{}; }
 }  // namespace
 
 std::vector<const TensorView*> weight_views(const Model& model) {
@@ -42,11 +57,8 @@ std::vector<const TensorView*> weight_views(const Model& model) {
     out[global_weight_id(GlobalWeight::output_norm)] = &model.output_norm;
     out[global_weight_id(GlobalWeight::lm_head)] = &model.lm_head;
     for (uint32_t L = 0; L < n_layers; ++L) {
-        const LayerWeights& w = model.layers[L];
-        const TensorView* fields[] = {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk,
-                                      &w.bv, &w.q_norm, &w.k_norm, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down};
-        static_assert(sizeof(fields) / sizeof(fields[0]) == size_t(LayerWeight::count));
-        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k) out[layer_weight_id(L, LayerWeight(k))] = fields[k];
+        for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k)
+            out[layer_weight_id(L, LayerWeight(k))] = &(model.layers[L].*kLayerFields[k]);
     }
     return out;
 }
@@ -54,6 +66,24 @@ std::vector<const TensorView*> weight_views(const Model& model) {
 std::vector<WeightFormat> weight_formats(const Model& model) {
     std::vector<WeightFormat> out;
     for (const TensorView* view : weight_views(model)) out.push_back(format_of(*view));
+    return out;
+}
+
+std::vector<WeightFormat> synthetic_weight_formats(const SyntheticSpec& spec) {
+    const ModelConfig config = synthetic_config(spec);
+    std::vector<WeightFormat> out(n_weight_ids(uint32_t(config.n_layers)));
+    for (const WeightSpec& w : weight_specs(config)) {
+        const WeightFormat f = format_of(synthetic_weight_dtype(w, spec.dtype), w.shape);
+        if (w.layer >= 0) {
+            const auto field = std::find(std::begin(kLayerFields), std::end(kLayerFields), w.layer_field);
+            out[layer_weight_id(uint32_t(w.layer), LayerWeight(field - std::begin(kLayerFields)))] = f;
+        } else if (w.model_field == &Model::token_embedding) {
+            out[global_weight_id(GlobalWeight::token_embedding)] = f;
+            if (config.tied_embeddings) out[global_weight_id(GlobalWeight::lm_head)] = f;  // the same bytes, as loaded
+        } else {
+            out[global_weight_id(w.model_field == &Model::lm_head ? GlobalWeight::lm_head : GlobalWeight::output_norm)] = f;
+        }
+    }
     return out;
 }
 

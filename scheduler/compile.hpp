@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "models/synthetic.hpp"
 #include "scheduler/assign.hpp"
 #include "scheduler/schedule.hpp"
 #include "scheduler/tensor_parallel.hpp"
@@ -14,6 +15,10 @@ ModelDims model_dims(const ModelConfig& config);
 std::vector<const TensorView*> weight_views(const Model& model);
 // Weight formats by weight id (absent optional weights have rows == 0).
 std::vector<WeightFormat> weight_formats(const Model& model);
+
+// The formats weight_formats gives for the synthetic model `spec` once written and loaded, from its shape
+// alone: schedules for shapes too big to write (llama-3.1-70b) compile without the file.
+std::vector<WeightFormat> synthetic_weight_formats(const SyntheticSpec& spec);
 
 // The repacked layout the CUDA backend streams with bulk copies: every matrix row stride rounded up to
 // `align` bytes (GGUF's 20- and 34-byte blocks leave rows unaligned). Vectors (one row) are unchanged.

@@ -49,7 +49,10 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
     sim.sms.resize(n_sms);
     sim.ops.resize(size_t(Opcode::count));
     for (uint32_t op = 0; op < uint32_t(Opcode::count); ++op) sim.ops[op].name = op_info(uint16_t(op)).name;
+    Target target = s.target;  // what dependency_ns and node_duration_ns price
+    if (options.free_exchange) target.link_ns = target.hop_ns;
     std::vector<Cost> cost(offset[n_sms]);
+    std::vector<double> duration(offset[n_sms]);
     for (uint32_t sm = 0; sm < n_sms; ++sm) {
         sim.timeline[sm].resize(s.streams[sm].size());
         for (uint32_t i = 0; i < s.streams[sm].size(); ++i) {
@@ -63,6 +66,8 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
                     fail("simulate: sm {} #{} signals counter {} of {}", sm, i, ins.signals[k].counter,
                          s.counters.size());
             cost[offset[sm] + i] = cost_at(s, ins, options.position);
+            const bool free = options.free_exchange && ins.opcode == uint16_t(Opcode::transfer);
+            duration[offset[sm] + i] = free ? 0.0 : node_duration_ns(cost[offset[sm] + i], target);
         }
     }
 
@@ -91,7 +96,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             const auto& entries = log[wait.counter];
             const auto hit = std::lower_bound(entries.begin(), entries.end(), uint64_t(wait.target),
                                               [](const SignalLog& e, uint64_t t) { return e.value_after < t; });
-            const double met = hit->time_ns + dependency_ns(s.target, hit->sm, sm);
+            const double met = hit->time_ns + dependency_ns(target, hit->sm, sm);
             if (met > ev.ready_ns) {
                 ev.ready_ns = met;
                 ev.waited_sm = hit->sm;
@@ -100,7 +105,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
         }
         if (ev.ready_ns <= free_ns[sm]) ev.waited_sm = kNone;
         ev.start_ns = std::max(free_ns[sm], ev.ready_ns);
-        ev.end_ns = ev.start_ns + node_duration_ns(cost[offset[sm] + pc[sm]], s.target);
+        ev.end_ns = ev.start_ns + duration[offset[sm] + pc[sm]];
         ends.push({ev.end_ns, sm});
     };
 

@@ -1,6 +1,6 @@
 // Discrete-event simulation of one step under the target's cost model: every SM runs its stream in
-// order, an instruction takes node_duration_ns of its cost, and a wait is met hop_ns after the
-// signal that completes it (immediately when that signal came from the same SM).
+// order, an instruction takes node_duration_ns of its cost, and a wait is met dependency_ns after the
+// signal that completes it (immediately from the same SM, hop_ns within a rank, link_ns across ranks).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +14,9 @@ struct SimOptions {
     // The step's position: ops that read the KV cache up to pos (attention) cost in proportion to
     // pos + 1 against the nominal 512-token context their cost() assumes.
     uint32_t position = 511;
+    // Tensor parallel: price the exchange at nothing — transfers take no time and a cross-rank signal is
+    // seen after hop_ns, as if the ranks shared one GPU. The baseline summarize_exchange compares against.
+    bool free_exchange = false;
 };
 
 struct SimEvent {
@@ -48,6 +51,33 @@ struct Simulation {
 
 // Throws mk::Error naming a stuck instruction if the schedule cannot finish a step (verify first).
 Simulation simulate(const Schedule& schedule, const SimOptions& options = {});
+
+// A tensor-parallel step by rank, and how much of the exchange its compute hides (simulate_tp.cpp).
+struct RankTotals {
+    uint32_t first_sm = 0, n_sms = 0;
+    size_t n_instructions = 0;
+    uint64_t weight_bytes = 0;
+    double busy_ns = 0.0;     // summed over the rank's SMs
+    uint32_t n_transfers = 0;  // transfer instructions on the rank's streams
+    uint64_t sent_bytes = 0;   // their bytes: what the rank sends to its peers in one step
+    // The union over its transfers of [start, end + link_ns - hop_ns): the time the exchange is doing work a
+    // single GPU would not (a transfer runs, or its signal is still crossing the link).
+    double in_flight_ns = 0.0;
+};
+
+struct ExchangeSummary {
+    std::vector<RankTotals> ranks;
+    double step_ns = 0.0;       // the simulated step
+    double free_step_ns = 0.0;  // the same streams with SimOptions::free_exchange
+    // What the exchange adds to the step.
+    double exposed_ns() const { return step_ns - free_step_ns; }
+    double in_flight_ns() const;  // the largest rank's
+    // The share of the in-flight time the step does not pay: 1 - exposed / in flight (0 without transfers).
+    double hidden() const;
+};
+
+// `sim` is simulate(schedule, options); this runs the free-exchange simulation beside it.
+ExchangeSummary summarize_exchange(const Schedule& schedule, const Simulation& sim, const SimOptions& options = {});
 
 // Chrome / Perfetto trace JSON: one thread per SM, one complete event per instruction (named by op,
 // its description, seq, waits and the instruction it waited on in args), times in microseconds.

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "instructions/registry.hpp"
@@ -22,9 +23,30 @@ void write_text(const std::string& path, const std::string& text) {
     if (!out) fail("{}: cannot write", path);
 }
 
-void print_inspection(const Schedule& s, const Simulation& sim, const VerifyReport& report) {
-    fmt::print("target {} ({} SMs, {} pages of {} bytes), policy {}, tp {}, config hash {:016x}\n", s.target.name,
-               s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.tp_size, s.config_hash);
+// The per-rank table and the exchange's cost, each number with its definition.
+void print_ranks(const Schedule& s, const ExchangeSummary& x) {
+    fmt::print("\n{:<5} {:>9} {:>12} {:>11} {:>7} {:>10} {:>9} {:>14}\n", "rank", "SMs", "instructions", "weight MB",
+               "busy %", "transfers", "sent KB", "in flight us");
+    for (size_t k = 0; k < x.ranks.size(); ++k) {
+        const RankTotals& r = x.ranks[k];
+        fmt::print("{:<5} {:>9} {:>12} {:>11.1f} {:>7.1f} {:>10} {:>9.1f} {:>14.1f}\n", k,
+                   fmt::format("{}..{}", r.first_sm, r.first_sm + r.n_sms - 1), r.n_instructions, r.weight_bytes / 1e6,
+                   100.0 * r.busy_ns / (x.step_ns * r.n_sms), r.n_transfers, r.sent_bytes / 1e3, r.in_flight_ns / 1e3);
+    }
+    fmt::print("in flight: the union over a rank's transfers of [start, end + link_ns - hop_ns) ({:.0f} - {:.0f} ns)\n",
+               s.target.link_ns, s.target.hop_ns);
+    fmt::print("exchange exposed {:.1f} us ({:.1f}% of the step): step {:.1f} us - {:.1f} us with a free exchange "
+               "(transfers take no time, cross-rank signals hop_ns)\n",
+               x.exposed_ns() / 1e3, 100.0 * x.exposed_ns() / x.step_ns, x.step_ns / 1e3, x.free_step_ns / 1e3);
+    const double hidden_pct = std::round(1000.0 * x.hidden()) / 10.0 + 0.0;  // + 0.0: no "-0.0" from rounding noise
+    fmt::print("exchange hidden {:.1f}% = 1 - exposed / in flight of the busiest rank ({:.1f} us)\n", hidden_pct,
+               x.in_flight_ns() / 1e3);
+}
+
+void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions& options, const VerifyReport& report) {
+    const std::string ranks = s.tp_size > 1 ? fmt::format("{} ranks x ", s.tp_size) : "";
+    fmt::print("target {} ({}{} SMs, {} pages of {} bytes), policy {}, config hash {:016x}\n", s.target.name, ranks,
+               s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.config_hash);
     fmt::print("{} instructions, {} counters, arena {} bytes, {} attention chunks, {} LM-head blocks\n\n",
                s.n_instructions(), s.counters.size(), s.arena_bytes, s.n_attn_parts, s.n_lm_blocks);
     fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");
@@ -45,8 +67,10 @@ void print_inspection(const Schedule& s, const Simulation& sim, const VerifyRepo
                std::min_element(s.streams.begin(), s.streams.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
                std::max_element(s.streams.begin(), s.streams.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
                *lo, *hi, 100.0 * busy_sum / (sim.makespan_ns * s.streams.size()), busy_max / 1e3);
-    fmt::print("predicted step {:.1f} us, {:.0f} GB/s of weights; critical path {} instructions:\n", sim.makespan_ns / 1e3,
-               sim.weight_gbs(), sim.critical_path.size());
+    if (s.tp_size > 1) print_ranks(s, summarize_exchange(s, sim, options));
+    const std::string per_rank = s.tp_size > 1 ? fmt::format(" ({:.0f} per rank)", sim.weight_gbs() / s.tp_size) : "";
+    fmt::print("predicted step {:.1f} us, {:.0f} GB/s of weights{}; critical path {} instructions:\n",
+               sim.makespan_ns / 1e3, sim.weight_gbs(), per_rank, sim.critical_path.size());
     const size_t shown = std::min<size_t>(sim.critical_path.size(), 12);
     for (size_t i = 0; i < shown; ++i) {
         auto [sm, index] = sim.critical_path[sim.critical_path.size() - shown + i];
@@ -78,7 +102,7 @@ void register_inspect(CLI::App& app) {
         if (report.count(VerifyCheck::structure))  // the simulator needs a well-formed schedule
             fail("{}: {}", o->file, report.summary());
         Simulation sim = simulate(s, so);
-        print_inspection(s, sim, report);
+        print_inspection(s, sim, so, report);
         if (!o->svg.empty()) write_text(o->svg, simulation_to_svg(s, sim));
         if (!o->trace.empty()) write_text(o->trace, simulation_to_chrome_trace(s, sim));
         if (!report.ok) fail("{}: the schedule failed verification", o->file);

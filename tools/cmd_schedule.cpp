@@ -1,10 +1,12 @@
 // mk schedule: compile a model's decode step for a target, verify it and write it as .mks (and JSON).
+// A synthetic spec compiles from its shape alone, so shapes too big to write (llama-3.1-70b) schedule too.
 #include <fmt/core.h>
 
 #include <chrono>
 #include <fstream>
 
 #include "models/error.hpp"
+#include "models/synthetic.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
@@ -41,11 +43,21 @@ void register_schedule(CLI::App& app) {
                     "cuda: N ranks sharing one GPU (each rank gets 1/N of its SMs)")
         ->check(CLI::Range(1u, 64u));
     cmd->callback([o] {
-        Model model = open_model(o->model);
         const Target target = resolve_target(o->backend);
+        const uint32_t tp = resolve_tp(o->backend);
+        ModelConfig config;
+        std::vector<WeightFormat> formats;
+        if (is_synthetic_spec(o->model)) {  // the shape is enough: no weights are written
+            const SyntheticSpec spec = parse_synthetic_spec(o->model);
+            config = synthetic_config(spec);
+            formats = backend_weight_formats(synthetic_weight_formats(spec), config, o->backend);
+        } else {
+            const Model model = open_model(o->model);
+            config = model.config;
+            formats = backend_weight_formats(model, o->backend);
+        }
         const auto t0 = std::chrono::steady_clock::now();
-        Schedule s = compile_schedule(model.config, backend_weight_formats(model, o->backend), target,
-                                      parse_policy(o->backend.policy), resolve_tp(o->backend));
+        Schedule s = compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp);
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());
@@ -56,12 +68,16 @@ void register_schedule(CLI::App& app) {
             if (!out) fail("{}: cannot write", o->json);
         }
         Simulation sim = simulate(s);
-        fmt::print("{}: {} instructions on {} SMs ({}), {} counters, policy {}\n", o->out, s.n_instructions(),
-                   s.streams.size(), target.name, s.counters.size(), s.policy);
+        const std::string sms = s.tp_size > 1 ? fmt::format("{} ranks x {} SMs", s.tp_size, target.n_sms)
+                                              : fmt::format("{} SMs", s.streams.size());
+        const std::string peak = s.tp_size > 1 ? fmt::format("{} x {:.0f}", s.tp_size, target.bandwidth_gbs)
+                                               : fmt::format("{:.0f}", target.bandwidth_gbs);
+        fmt::print("{}: {} instructions on {} ({}), {} counters, policy {}\n", o->out, s.n_instructions(), sms,
+                   target.name, s.counters.size(), s.policy);
         fmt::print("compiled in {:.1f} ms, verified in {:.1f} ms: {}\n", compile_ms, report.stats.elapsed_ms,
                    report.ok ? "ok" : "failed");
-        fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {:.0f} GB/s peak)\n", sim.makespan_ns / 1e3,
-                   sim.weight_gbs(), target.bandwidth_gbs);
+        fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {} GB/s peak)\n", sim.makespan_ns / 1e3,
+                   sim.weight_gbs(), peak);
     });
 }
 

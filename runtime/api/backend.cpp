@@ -64,13 +64,16 @@ void check_schedule_for(const Model& model, const Schedule& s, const std::string
              model.path.string(), model.config.hash());
 }
 
-std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& o) {
+std::vector<WeightFormat> backend_weight_formats(std::vector<WeightFormat> formats, const ModelConfig& config,
+                                                const api::BackendOptions& o) {
+    if (const uint32_t tp = resolve_tp(o); tp > 1) formats = tp_weight_formats(formats, model_dims(config), tp);
     // The CUDA backends stream 16-byte-aligned rows (bind_weights pads the model's rows to match).
-    std::vector<WeightFormat> formats = weight_formats(model);
-    if (const uint32_t tp = resolve_tp(o); tp > 1)
-        formats = tp_weight_formats(formats, model_dims(model.config), tp);
     if (is_cuda_backend(resolve_backend(o))) formats = padded_row_formats(std::move(formats), kDeviceRowAlign);
     return formats;
+}
+
+std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& o) {
+    return backend_weight_formats(weight_formats(model), model.config, o);
 }
 
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {

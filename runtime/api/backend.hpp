@@ -14,8 +14,11 @@ namespace mk {
 uint32_t resolve_tp(const api::BackendOptions& options);
 // Target (per rank) from target / sms+smem_bytes (default: the CPU backend's own target).
 Target resolve_target(const api::BackendOptions& options);
-// The weight formats a schedule for this backend is compiled against (rows padded for the CUDA backends).
+// The weight formats a schedule for this backend is compiled against (sliced for --tp, rows padded for CUDA).
 std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& options);
+// The same from a model's formats alone (weight_formats, or synthetic_weight_formats for a shape too big to write).
+std::vector<WeightFormat> backend_weight_formats(std::vector<WeightFormat> model_formats, const ModelConfig& config,
+                                                const api::BackendOptions& options);
 // The schedule from schedule_file (checked against the model and verified) or compiled for the target.
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& options);
 // Throws when `schedule` was compiled for another model configuration.

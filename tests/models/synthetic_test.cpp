@@ -137,7 +137,20 @@ TEST_CASE("synthetic shapes have the real models' dimensions", "[cpu]") {
     CHECK(q3.qk_norm);
     CHECK(q3.head_dim == 128);
     CHECK(q3.q_dim() == 2048);
-    CHECK(mk::synthetic_shapes().size() == 8);
+    for (const char* name : {"llama-3.1-8b", "llama-3.1-70b"}) {
+        mk::ModelConfig b = mk::synthetic_config(name);
+        const bool big = name == std::string("llama-3.1-70b");
+        CHECK(b.n_layers == (big ? 80 : 32));
+        CHECK(b.d_model == (big ? 8192 : 4096));
+        CHECK(b.n_heads == (big ? 64 : 32));
+        CHECK(b.n_kv_heads == 8);
+        CHECK(b.head_dim == 128);
+        CHECK(b.d_ff == (big ? 28672 : 14336));
+        CHECK(b.vocab_size == 128256);
+        CHECK_FALSE(b.tied_embeddings);
+        CHECK(b.rope_freq_factors == mk::llama3_rope_freq_factors(500000.0f, 128, 8.0f, 1.0f, 4.0f, 8192));
+    }
+    CHECK(mk::synthetic_shapes().size() == 10);
     CHECK_THROWS_WITH(mk::synthetic_config("gpt-5"), Contains("gpt-5"));
 
     CHECK(mk::synthetic_storage_dtype(mk::DType::Q4_K, 576) == mk::DType::Q4_1);

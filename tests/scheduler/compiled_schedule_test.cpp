@@ -1,17 +1,22 @@
 // The verifier, simulator and .mks format on schedules the compiler makes for real model shapes:
-// they verify clean, and the verifier stays fast at H200 scale (132 streams, ~10k instructions a step).
+// they verify clean, and the verifier stays fast at H200 scale (132 streams, ~10k instructions a step);
+// a synthetic spec's shape alone gives the formats and config hash its written model would.
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 
+#include "models/synthetic.hpp"
 #include "models/tensor.hpp"
 #include "scheduler/assign.hpp"
+#include "scheduler/compile.hpp"
 #include "scheduler/counters.hpp"
 #include "scheduler/graph.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
 #include "scheduler/verify.hpp"
+#include "tests/test_paths.hpp"
 
 using namespace mk;
 
@@ -102,4 +107,50 @@ TEST_CASE("a Llama-3.2-1B-shaped H200 schedule verifies and a dropped wait is ca
     const VerifyReport dropped = verify(s, {.ignore_waits = {*drop}});
     INFO(dropped.summary());
     CHECK_FALSE(dropped.ok);
+}
+
+namespace {
+
+bool same_formats(const std::vector<WeightFormat>& a, const std::vector<WeightFormat>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].dtype != b[i].dtype || a[i].rows != b[i].rows || a[i].cols != b[i].cols ||
+            a[i].row_bytes != b[i].row_bytes)
+            return false;
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("a synthetic spec schedules from its shape as from the written model", "[cpu]") {
+    const auto dir = test::output_dir() / "synthetic_formats";
+    std::filesystem::create_directories(dir);
+    // Tied and untied, llama3 RoPE scaling, biases, QK norms; block formats with fallbacks; both file formats.
+    for (const char* text : {"synthetic:tiny-llama:q4_k:seed=3", "synthetic:tiny-llama3:q8_0",
+                             "synthetic:tiny-qwen2:q4_1", "synthetic:tiny-qwen3:bf16:format=safetensors",
+                             "synthetic:llama-3.1-8b:q6_k:layers=1:vocab=300:d_model=256:ff=512:heads=8:head_dim=32"}) {
+        INFO(text);
+        const SyntheticSpec spec = parse_synthetic_spec(text);
+        std::string name = to_string(spec);
+        for (char& c : name)
+            if (c == ':' || c == '=') c = '_';
+        const auto path = dir / name;
+        std::filesystem::remove_all(path);
+        write_synthetic_model(spec, path);
+        const Model model = load_model(path);
+        const std::vector<WeightFormat> formats = synthetic_weight_formats(spec);
+        CHECK(same_formats(formats, weight_formats(model)));
+        const Schedule from_shape = compile_schedule(synthetic_config(spec), formats, target_cpu(), Policy::critical_path);
+        const Schedule from_file =
+            compile_schedule(model.config, weight_formats(model), target_cpu(), Policy::critical_path);
+        CHECK(from_shape.config_hash == from_file.config_hash);
+        CHECK(from_shape.n_instructions() == from_file.n_instructions());
+    }
+    // The 70B shape: 141 GB of bf16 weights that are never written.
+    const std::vector<WeightFormat> big = synthetic_weight_formats(parse_synthetic_spec("synthetic:llama-3.1-70b:bf16"));
+    uint64_t bytes = 0;
+    for (const WeightFormat& f : big) bytes += f.rows * f.row_bytes;
+    CHECK(bytes / 1'000'000'000 == 141);
+    CHECK(big[layer_weight_id(79, LayerWeight::w_down)].cols == 28672);
+    CHECK(big[global_weight_id(GlobalWeight::lm_head)].rows == 128256);
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
 #include "scheduler/simulate.hpp"
 #include "tests/scheduler/tiny_schedule.hpp"
@@ -132,4 +133,83 @@ TEST_CASE("chrome trace and SVG show every instruction", "[cpu]") {
     CHECK(svg.find(">rms_qkv</text>") != std::string::npos);
     CHECK(svg.find("time (us)") != std::string::npos);
     CHECK(svg.find("critical-path on tiny (2 SMs)") != std::string::npos);
+}
+
+namespace {
+
+// Two ranks of one SM each: rank 0 computes a matvec and sends 16 bytes to rank 1, whose last matvec waits
+// for them after `n_before` matvecs of its own. The link moves 1 byte/ns and a cross-rank signal takes 2 us.
+Schedule exchange(uint32_t n_before) {
+    Schedule s = timed(1, 2);
+    s.tp_size = 2;
+    s.target.link_gbs = 1.0;
+    s.target.link_ns = 2000.0;
+    s.rank_arena_bytes = 128;
+    Instruction a = matvec(16, 4, 0, 4), t{}, c = matvec(32, 4, 40, 4);
+    t.opcode = uint16_t(Opcode::transfer);
+    encode_args(TransferArgs{0, 128, 16, 1}, t);
+    signal(a, 0);
+    wait(t, 0, 1);
+    signal(t, 1);
+    wait(c, 1, 1);
+    s.streams = {{a, t}, {}};
+    for (uint32_t i = 0; i < n_before; ++i) s.streams[1].push_back(matvec(48, 4, 52, 4));
+    s.streams[1].push_back(c);
+    finish(s);
+    return s;
+}
+
+// The transfer: 100 ns to start + 16 bytes at 1 byte/ns from memory + 16 bytes at 1 byte/ns over the link.
+constexpr double kTransferNs = 132.0;
+
+}  // namespace
+
+TEST_CASE("a transfer costs its link bytes and a cross-rank signal link_ns", "[cpu]") {
+    const Schedule s = exchange(0);
+    const Simulation sim = simulate(s);
+    CHECK(sim.timeline[0][1].end_ns == Approx(kMatvecNs + kTransferNs));
+    CHECK(sim.timeline[1][0].start_ns == Approx(kMatvecNs + kTransferNs + 2000.0));
+    CHECK(sim.makespan_ns == Approx(2 * kMatvecNs + kTransferNs + 2000.0));
+    // A free exchange: the transfer takes no time and its signal a hop.
+    const Simulation free = simulate(s, {.free_exchange = true});
+    CHECK(free.timeline[0][1].end_ns == Approx(kMatvecNs));
+    CHECK(free.makespan_ns == Approx(2 * kMatvecNs + 1000.0));
+}
+
+TEST_CASE("the exchange summary: per-rank totals, exposed and hidden time", "[cpu]") {
+    // Nothing to overlap: everything the exchange adds beyond a hop is exposed.
+    Schedule s = exchange(0);
+    ExchangeSummary x = summarize_exchange(s, simulate(s));
+    REQUIRE(x.ranks.size() == 2);
+    CHECK(x.ranks[0].first_sm == 0);
+    CHECK(x.ranks[1].first_sm == 1);
+    CHECK(x.ranks[0].n_instructions == 2);
+    CHECK(x.ranks[0].weight_bytes == 256);
+    CHECK(x.ranks[0].busy_ns == Approx(kMatvecNs + kTransferNs));
+    CHECK(x.ranks[0].n_transfers == 1);
+    CHECK(x.ranks[0].sent_bytes == 16);
+    CHECK(x.ranks[1].n_transfers == 0);
+    CHECK(x.ranks[1].in_flight_ns == 0.0);
+    // In flight from the transfer's start to 1 us (link_ns - hop_ns) after its end.
+    CHECK(x.ranks[0].in_flight_ns == Approx(kTransferNs + 1000.0));
+    CHECK(x.step_ns == Approx(2 * kMatvecNs + kTransferNs + 2000.0));
+    CHECK(x.free_step_ns == Approx(2 * kMatvecNs + 1000.0));
+    CHECK(x.exposed_ns() == Approx(kTransferNs + 1000.0));
+    CHECK(x.hidden() == Approx(0.0).margin(1e-12));
+
+    // Rank 1 busy with five matvecs until 2020 ns: the data lands at 2536 ns (1404 ns with a free exchange),
+    // so 516 ns of the 1132 in flight are exposed.
+    s = exchange(5);
+    x = summarize_exchange(s, simulate(s));
+    CHECK(x.step_ns == Approx(kMatvecNs + kTransferNs + 2000.0 + kMatvecNs));
+    CHECK(x.free_step_ns == Approx(6 * kMatvecNs));
+    CHECK(x.exposed_ns() == Approx(kTransferNs + 2000.0 - 4 * kMatvecNs));
+    CHECK(x.hidden() == Approx(1.0 - 516.0 / 1132.0));
+
+    // Rank 1's own work (7 matvecs, until 2828 ns) outlasts the exchange: all of it is hidden.
+    s = exchange(7);
+    x = summarize_exchange(s, simulate(s));
+    CHECK(x.step_ns == Approx(8 * kMatvecNs));
+    CHECK(x.exposed_ns() == Approx(0.0).margin(1e-9));
+    CHECK(x.hidden() == Approx(1.0));
 }

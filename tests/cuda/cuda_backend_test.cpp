@@ -18,6 +18,7 @@
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"
 #include "scheduler/compile.hpp"
+#include "tests/test_compare.hpp"
 
 namespace mk {
 namespace {
@@ -64,15 +65,6 @@ std::vector<std::vector<float>> teacher_forced(Program& program, const std::vect
     return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < b.size(); ++i) {
-        diff += double(a[i] - b[i]) * (a[i] - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // Logits within `tol` (rel. L2) at every step; the argmax equal wherever the reference's top-2 margin
 // exceeds 5 * tol * rms(logits) (random weights give near-ties that a rounding difference may flip).
 void check_against(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want, double tol,
@@ -80,7 +72,7 @@ void check_against(const std::vector<std::vector<float>>& got, const std::vector
     REQUIRE(got.size() == want.size());
     double worst = 0;
     for (size_t p = 0; p < want.size(); ++p) {
-        const double err = rel_l2(got[p], want[p]);
+        const double err = test::rel_l2(got[p], want[p]);
         worst = std::max(worst, err);
         INFO(what << " step " << p);
         CHECK(err <= tol);

@@ -19,6 +19,7 @@
 #include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/compile.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_compare.hpp"
 
 namespace mk {
 namespace {
@@ -65,15 +66,6 @@ Reference cpu_reference(const Model& model, const std::vector<int32_t>& prompt, 
     return r;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < b.size(); ++i) {
-        diff += double(a[i] - b[i]) * (a[i] - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // A program for the N-rank loopback schedule, checked to hold N partitions of this device's SMs.
 std::unique_ptr<Program> loopback_program(const Model& model, const std::string& backend, uint32_t tp, bool stepwise,
                                           bool graph) {
@@ -96,7 +88,7 @@ void check_teacher_forced(Program& gpu, const Reference& ref, bool exact, const 
         const std::vector<float> got(gpu.logits().begin(), gpu.logits().end());
         const std::vector<float>& want = ref.logits[p];
         REQUIRE(got.size() == want.size());
-        const double err = rel_l2(got, want);
+        const double err = test::rel_l2(got, want);
         worst = std::max(worst, err);
         INFO(what << " step " << p);
         CHECK(err <= kTolerance);

@@ -16,6 +16,7 @@
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/verify.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_compare.hpp"
 
 namespace mk {
 namespace {
@@ -49,17 +50,6 @@ Run run(const Model& model, Schedule s, const std::vector<int32_t>& inputs, Prog
     return r;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    REQUIRE(norm > 0);
-    return std::sqrt(diff / norm);
-}
-
 // The prompt, then TP = 1's own greedy continuation as the inputs of every run.
 std::vector<int32_t> greedy_inputs(const Model& model, const Target& target, std::vector<int32_t> prompt, int generate) {
     const size_t n_prompt = prompt.size();
@@ -83,7 +73,7 @@ void check_tp_matches_tp1(const Model& model, const Target& target, const std::v
         const Run many = run(model, tp_schedule(model, target, tp), inputs);
         for (size_t p = 0; p < inputs.size(); ++p) {
             INFO("tp " << tp << ", step " << p);
-            CHECK(rel_l2(many.logits[p], one.logits[p]) < 1e-4);
+            CHECK(test::rel_l2(many.logits[p], one.logits[p]) < 1e-4);
             CHECK(many.sampled[p] == one.sampled[p]);
         }
     }

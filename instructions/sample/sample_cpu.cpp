@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "instructions/sample/sampling.hpp"
@@ -31,7 +32,8 @@ void SampleOp::run_cpu(const Instruction& ins, OpContext& ctx) {
                              ctx.step->pos);
     }
     std::memcpy(ctx.arena + a.token_off, &token, 4);
-    ctx.step->sampled_token = token;
+    // Every tensor-parallel rank samples the same token into the one StepState: an atomic store, not a race.
+    std::atomic_ref<int32_t>(ctx.step->sampled_token).store(token, std::memory_order_relaxed);
 }
 
 std::string SampleOp::describe(const Instruction& ins) {

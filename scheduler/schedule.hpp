@@ -44,15 +44,6 @@ struct Schedule {
     std::vector<std::vector<Instruction>> streams;  // one per SM, in execution order
 
     uint32_t rank_of_stream(size_t sm) const { return uint32_t(sm / target.n_sms); }
-    // The model's dims (the ranks' layers unstacked, heads and FFN whole).
-    ModelDims model_dims() const {
-        ModelDims d = dims;
-        d.n_layers /= tp_size;
-        d.n_heads *= tp_size;
-        d.n_kv_heads *= tp_size;
-        d.d_ff *= tp_size;
-        return d;
-    }
     size_t n_instructions() const {
         size_t n = 0;
         for (const auto& s : streams) n += s.size();

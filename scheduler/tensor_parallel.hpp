@@ -16,7 +16,6 @@ struct WeightSlice {
     uint32_t source = kNoWeight;  // the model's weight id; kNoWeight: absent
     uint32_t row_begin = 0, n_rows = 0;
     uint32_t col_begin = 0, n_cols = 0;
-    bool full_rows() const { return col_begin == 0; }
 };
 
 // Throws mk::Error saying why the model cannot be split `tp` ways (KV heads, FFN width, block alignment

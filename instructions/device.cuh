@@ -33,10 +33,23 @@ struct DeviceTile {
 };
 static_assert(sizeof(DeviceTile) == 24);
 
+// One tensor-parallel rank's memory as every rank addresses it. The schedule's arena offsets, KV layers and
+// counter ids are global over the combined schedule, so the arena and cache bases are biased by the rank's
+// first byte and layer (arena - rank * rank_arena_bytes): the same offset indexes the same buffer on any
+// rank. Each rank holds a whole counter array and uses the counters it owns (verify's rank check). When all
+// ranks share one allocation (the CPU, the kernel-per-op baseline) every entry holds the same bases.
+struct RankMemory {
+    uint8_t* arena;
+    float* k_cache;
+    float* v_cache;
+    uint64_t* counters;
+};
+
 struct DeviceOpContext {
     ModelDims dims;
     const float* rope_inv_freq;    // (head_dim / 2) fp32
-    uint8_t* arena;                // activation buffers, byte offsets from the args
+    uint8_t* arena;                // activation buffers, byte offsets from the args (this rank's)
+    const RankMemory* ranks;       // device: by rank; where a transfer writes (on another GPU, over NVLink)
     const DeviceWeight* weights;   // by weight id
     float* k_cache;                // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
     float* v_cache;

@@ -49,6 +49,9 @@ struct OpContext {
     const ModelDims* dims = nullptr;
     const float* rope_inv_freq = nullptr;  // (head_dim / 2) fp32: angular frequency of each rotary pair
     uint8_t* arena = nullptr;              // activation buffers, addressed by byte offsets from the args
+    // Tensor parallel: every rank's arena by rank, each biased by its region's start (rank * rank_arena_bytes)
+    // so the schedule's offsets index it; `arena` is this rank's entry. A transfer writes through it.
+    uint8_t* const* rank_arenas = nullptr;
     const WeightRef* weights = nullptr;    // indexed by weight id
     float* k_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
     float* v_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32

@@ -33,7 +33,11 @@ struct BoundView {
 
 // Row slices are views into the mapped tensor; a column slice (O- and down-projection of one rank)
 // becomes an owned copy of each row's byte range.
-std::vector<BoundView> bound_views(const Model& model, const Schedule& schedule, ModelWeights& out) {
+// Bound in place of a weight outside bind_only: never read.
+constexpr uint8_t kPlaceholder[16] = {};
+
+std::vector<BoundView> bound_views(const Model& model, const Schedule& schedule, const std::vector<bool>* bind_only,
+                                   ModelWeights& out) {
     const std::vector<const TensorView*> views = weight_views(model);
     const std::vector<WeightFormat> formats = weight_formats(model);
     std::vector<BoundView> bound;
@@ -53,6 +57,10 @@ std::vector<BoundView> bound_views(const Model& model, const Schedule& schedule,
         const WeightFormat& whole = formats[s.source];
         const WeightFormat& f = sliced[id];
         const uint64_t col_byte = row_bytes(t.dtype, s.col_begin);
+        if (bind_only && !bind_only->at(id)) {
+            bound.push_back({&t, kPlaceholder, f});
+            continue;
+        }
         if (s.n_cols == whole.cols) {
             bound.push_back({&t, t.data + uint64_t(s.row_begin) * whole.row_bytes, f});
             continue;
@@ -68,13 +76,15 @@ std::vector<BoundView> bound_views(const Model& model, const Schedule& schedule,
 
 }  // namespace
 
-ModelWeights bind_weights(const Model& model, const Schedule& schedule) {
+ModelWeights bind_weights(const Model& model, const Schedule& schedule, const std::vector<bool>* bind_only) {
     const std::string source = model.path.string();
     if (schedule.config_hash != model.config.hash())
         fail("{}: the schedule was compiled for another model (config hash {:016x}, this model {:016x})", source,
              schedule.config_hash, model.config.hash());
     ModelWeights out;
-    const std::vector<BoundView> views = bound_views(model, schedule, out);
+    if (bind_only && bind_only->size() != schedule.weights.size())
+        fail("{}: bind_only names {} weights, the schedule has {}", source, bind_only->size(), schedule.weights.size());
+    const std::vector<BoundView> views = bound_views(model, schedule, bind_only, out);
     if (views.size() != schedule.weights.size())
         fail("{}: the schedule expects {} weights, the model has {}", source, schedule.weights.size(), views.size());
 
@@ -91,6 +101,11 @@ ModelWeights bind_weights(const Model& model, const Schedule& schedule) {
         const DType dtype = DType(have.dtype);
         const uint8_t* data = views[id].data;
         WeightRef& ref = out.refs[id];
+        if (bind_only && !(*bind_only)[id]) {
+            ref = {kPlaceholder, dtype, have.rows, have.cols, want.row_bytes};
+            if (have.rows == 1 && dtype != DType::F32) ref = {kPlaceholder, DType::F32, 1, have.cols, 4ull * have.cols};
+            continue;
+        }
         ref = {data, dtype, have.rows, have.cols, have.row_bytes};
         if (want.row_bytes != have.row_bytes && have.rows > 1) {
             if (want.row_bytes < have.row_bytes)

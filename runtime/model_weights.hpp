@@ -19,7 +19,11 @@ struct ModelWeights {
 // Throws mk::Error when the schedule does not fit the model: config hash, or any weight's
 // dtype/shape differing from what the schedule was compiled for. A schedule whose row stride is wider
 // than the model's (padded_row_formats) gets padded copies of those weights.
-ModelWeights bind_weights(const Model& model, const Schedule& schedule);
+//
+// `bind_only` (by weight id, optional): weights outside it are not copied or converted but bound to a
+// placeholder with the schedule's format, for a device that runs only some ranks' streams and never reads
+// the others' weights (one tensor-parallel rank per GPU would otherwise copy every rank's column slices).
+ModelWeights bind_weights(const Model& model, const Schedule& schedule, const std::vector<bool>* bind_only = nullptr);
 
 // Angular frequency of each rotary pair: base^(-2i/head_dim) / factor_i.
 std::vector<float> rope_inv_freq(const ModelConfig& config);

@@ -1,5 +1,10 @@
 // The rank check of a tensor-parallel schedule: what lets the combined schedule run as one program per
-// GPU, with transfers as the only writes into another GPU's memory (and no instruction reading one).
+// GPU, with transfers as the only writes into another GPU's memory (and no instruction reading one), and
+// every counter living on one rank: waited on only there, signalled only there or by a transfer to it.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "instructions/registry.hpp"
@@ -7,6 +12,47 @@
 #include "scheduler/verify_internal.hpp"
 
 namespace mk::verify_detail {
+
+namespace {
+
+// Each rank holds its own counters (the CPU and one GPU keep one array, which this makes equivalent), so a
+// counter's waiters must share a rank and its signals must come from there or from a transfer to there.
+void check_counter_owners(Context& ctx) {
+    const Schedule& s = ctx.schedule;
+    std::vector<std::optional<uint32_t>> owner(s.counters.size());
+    std::vector<uint32_t> first_waiter(s.counters.size(), 0);
+    for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
+        const uint32_t rank = s.rank_of_stream(ctx.stream_of[f]);
+        for (const Wait& w : ctx.waits[f]) {
+            if (w.counter >= owner.size()) continue;  // the structure check reports it
+            if (!owner[w.counter]) {
+                owner[w.counter] = rank;
+                first_waiter[w.counter] = f;
+            } else if (*owner[w.counter] != rank) {
+                ctx.add(VerifyCheck::ranks, fmt::format("ranks: {} is waited on by {} (rank {}) and by {} (rank {})",
+                                                        ctx.counter_label(w.counter), ctx.label(first_waiter[w.counter]),
+                                                        *owner[w.counter], ctx.label(f), rank));
+            }
+        }
+    }
+    for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
+        const Instruction& ins = *ctx.ins[f];
+        const uint32_t rank = s.rank_of_stream(ctx.stream_of[f]);
+        const bool transfer = ins.opcode == uint16_t(Opcode::transfer);
+        const uint32_t target = transfer ? decode_args<TransferArgs>(ins).dst_rank : rank;
+        for (uint32_t g = 0; g < std::min<uint32_t>(ins.n_signals, kMaxSignals); ++g) {
+            const uint16_t c = ins.signals[g].counter;
+            if (c < owner.size() && owner[c] && *owner[c] != target)
+                ctx.add(VerifyCheck::ranks,
+                        fmt::format("ranks: {} on rank {} signals {}, which rank {} waits on ({}){}", ctx.label(f), rank,
+                                    ctx.counter_label(c), *owner[c], ctx.label(first_waiter[c]),
+                                    transfer ? fmt::format("; the transfer goes to rank {}", target)
+                                             : "; only a transfer may signal another rank's counter"));
+        }
+    }
+}
+
+}  // namespace
 
 void check_ranks(Context& ctx) {
     const Schedule& s = ctx.schedule;
@@ -19,6 +65,7 @@ void check_ranks(Context& ctx) {
                                                 s.tp_size, s.arena_bytes, region, s.dims.n_layers));
         return;
     }
+    check_counter_owners(ctx);
     const uint64_t kv_slots = uint64_t(layers) * s.dims.kv_dim();  // KV element slots per rank
     for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
         const Instruction& ins = *ctx.ins[f];

@@ -25,7 +25,8 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
         ->check(CLI::Range(1u, 3600000u));
     cmd->add_option("--tp", o.tp,
                     "Tensor-parallel ranks: heads, FFN and vocabulary split N ways (must divide the KV heads); on "
-                    "the cpu backend the ranks are emulated in this process")
+                    "the cpu backend the ranks are emulated in this process, on cuda rank r runs on GPU r (NCCL "
+                    "symmetric windows, else CUDA peer access)")
         ->check(CLI::Range(1u, 64u));
     cmd->add_option("--tp-loopback", o.tp_loopback,
                     "cuda: run N tensor-parallel ranks as disjoint SM partitions of one GPU, exchanging partial "

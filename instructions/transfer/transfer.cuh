@@ -1,8 +1,9 @@
-// transfer on the device: the team copies `bytes` of the arena from src_off to dst_off, 16 bytes a
-// thread when both ends and the length allow (most blocks), else 4. No fence of its own: in loopback
-// (--tp-loopback, the ranks are SM partitions of one GPU) the interpreter publishes the team's stores
-// with the team barrier, then rank 0's __threadfence and device-scope release add of the signal, so the
-// peer's acquire-wait sees the copy. Separate GPUs writing peer memory would need a system-scope release.
+// transfer on the device: the team copies `bytes` from its rank's arena at src_off into the peer's arena
+// (ctx.ranks[dst_rank]: another allocation in loopback, another GPU's memory through a peer pointer
+// otherwise) at dst_off, 16 bytes a thread when both ends and the length allow (most blocks), else 4.
+// No fence of its own: the interpreter publishes the team's stores with the team barrier, then a
+// system-scope fence and release add of the signal on the peer's counter, which the peer acquires at
+// system scope.
 #pragma once
 #include "instructions/device.cuh"
 #include "instructions/transfer/transfer.hpp"
@@ -14,7 +15,7 @@ struct TransferDevice {
     static __device__ void run(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles&) {
         const auto a = decode_args<TransferArgs>(ins);
         const uint8_t* src = ctx.arena + a.src_off;  // the arena is 256-byte aligned: offsets decide alignment
-        uint8_t* dst = ctx.arena + a.dst_off;
+        uint8_t* dst = ctx.ranks[a.dst_rank].arena + a.dst_off;
         if (((a.src_off | a.dst_off | a.bytes) & 15u) == 0) {
             const uint4* s = reinterpret_cast<const uint4*>(src);
             uint4* d = reinterpret_cast<uint4*>(dst);

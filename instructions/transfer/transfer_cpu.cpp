@@ -1,4 +1,5 @@
-// transfer on the CPU: the ranks' buffers share the process's arena, so a remote write is a copy.
+// transfer on the CPU: each emulated rank has its own arena (OpContext::rank_arenas), so a remote write is a
+// copy into the peer's.
 #include "instructions/transfer/transfer.hpp"
 
 #include <cstring>
@@ -9,7 +10,7 @@ namespace mk {
 
 void TransferOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<TransferArgs>(ins);
-    std::memcpy(ctx.arena + a.dst_off, ctx.arena + a.src_off, a.bytes);
+    std::memcpy(ctx.rank_arenas[a.dst_rank] + a.dst_off, ctx.arena + a.src_off, a.bytes);
 }
 
 std::string TransferOp::describe(const Instruction& ins) {

@@ -49,7 +49,8 @@ Target resolve_target(const api::BackendOptions& o) {
 #if MK_HAVE_CUDA
     if (is_cuda_backend(resolve_backend(o))) {
         const DeviceInfo device = current_device();
-        const uint32_t ranks = resolve_tp(o);  // loopback: each rank gets its share of the SMs
+        // Loopback: each rank gets its share of the SMs; on separate GPUs each rank has a whole one.
+        const uint32_t ranks = o.tp_loopback ? resolve_tp(o) : 1;
         if (device.sm_count < ranks)
             fail("--tp-loopback {}: {} has only {} SMs", ranks, device.name, device.sm_count);
         return target_device(device.sm_count / ranks, device.smem_optin);
@@ -92,14 +93,15 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
-    if (schedule.tp_size > 1 && is_cuda_backend(backend) && !o.tp_loopback)
-        fail("--tp {} --backend {}: ranks on separate GPUs (NCCL) are not built yet; --tp-loopback {} runs the ranks "
-             "as SM partitions of this GPU", schedule.tp_size, backend, schedule.tp_size);
+    if (schedule.tp_size > 1 && backend == "cuda-kernels" && !o.tp_loopback)
+        fail("--tp {} --backend cuda-kernels: the kernel-per-op baseline runs tensor parallel only on one GPU; "
+             "use --tp-loopback {}", schedule.tp_size, schedule.tp_size);
 #if MK_HAVE_CUDA
     if (backend == "cuda") {
         CudaProgramOptions co;
         co.ctx_len = o.ctx_len;
         co.stepwise = o.stepwise;
+        co.separate_gpus = schedule.tp_size > 1 && !o.tp_loopback;
         co.watchdog_ms = o.watchdog_ms;
         co.trace_file = o.trace_file;
         return make_cuda_program(model, std::move(schedule), co);

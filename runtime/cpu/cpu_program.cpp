@@ -1,4 +1,5 @@
-// The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. A context whose
+// The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. Tensor-parallel
+// ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers. A context whose
 // KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused before allocating.
 #include <cstdint>
 #include <cstdlib>
@@ -59,14 +60,21 @@ public:
                  model.path.string(), ctx_len_, kv_bytes, needed, arena_bytes, model.total_weight_bytes, available,
                  source);
         try {
-            arena_.assign(schedule.arena_bytes / 4 + 1, 0.0f);
+            // Rank k's region of the combined arena is its own allocation (one region without TP).
+            const uint64_t region = schedule.tp_size > 1 ? schedule.rank_arena_bytes : schedule.arena_bytes;
+            rank_arenas_.resize(schedule.tp_size);
+            for (uint32_t r = 0; r < schedule.tp_size; ++r) {
+                rank_arenas_[r].assign(region / 4 + 1, 0.0f);
+                rank_bases_.push_back(rank_arena_base(reinterpret_cast<uint8_t*>(rank_arenas_[r].data()), r, region));
+            }
             k_cache_.assign(cache_floats, 0.0f);
             v_cache_.assign(cache_floats, 0.0f);
         } catch (const std::bad_alloc&) {
             fail("{}: cannot allocate the KV cache: {} bytes for context {}", model.path.string(), kv_bytes, ctx_len_);
         }
         ProgramMemory memory;
-        memory.arena = reinterpret_cast<uint8_t*>(arena_.data());
+        memory.arena = rank_bases_[0];
+        memory.rank_arenas = rank_bases_.data();
         memory.weights = weights_.refs.data();
         memory.k_cache = k_cache_.data();
         memory.v_cache = v_cache_.data();
@@ -102,7 +110,7 @@ public:
 
     std::span<const float> logits() const override {
         const Schedule& s = interpreter_->schedule();
-        return {reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(arena_.data()) + s.logits_off), s.dims.vocab};
+        return {reinterpret_cast<const float*>(rank_bases_[0] + s.logits_off), s.dims.vocab};  // rank 0's
     }
     void reset() override { next_pos_ = 0; }
     const Schedule& schedule() const override { return interpreter_->schedule(); }
@@ -112,7 +120,8 @@ public:
 
 private:
     ModelWeights weights_;
-    std::vector<float> arena_;    // the activation arena, float-aligned
+    std::vector<std::vector<float>> rank_arenas_;  // the activation arena of each rank, float-aligned
+    std::vector<uint8_t*> rank_bases_;             // ProgramMemory::rank_arenas
     std::vector<float> k_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
     std::vector<float> v_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
     uint32_t ctx_len_ = 0;

@@ -63,6 +63,7 @@ struct Interpreter::Impl {
     const PreparedSchedule prepared;  // points into `schedule`
     std::unique_ptr<CounterSlot[]> counters;
     std::vector<uint64_t> step_total;          // by counter
+    std::vector<uint8_t*> rank_arena;          // by rank (ProgramMemory::rank_arenas, or `arena` for each)
     std::vector<uint32_t> pc;                  // by SM: owned by whoever holds the SM
     std::vector<SmPages> pages;                // by SM, checked mode only
     std::unique_ptr<RaceDetector> races;       // detect mode only
@@ -96,6 +97,8 @@ Interpreter::Impl::Impl(Schedule schedule_, const ProgramMemory& memory_, Interp
       ring(std::max<size_t>(schedule.streams.size(), 1)),
       parked(schedule.counters.size()) {
     for (const CounterInfo& c : schedule.counters) step_total.push_back(c.step_total);
+    for (uint32_t r = 0; r < schedule.tp_size; ++r)
+        rank_arena.push_back(memory.rank_arenas ? memory.rank_arenas[r] : memory.arena);
     if (options.check_pages)
         for (size_t s = 0; s < schedule.streams.size(); ++s)
             pages.emplace_back(schedule.target.n_pages, schedule.target.page_bytes);
@@ -118,6 +121,7 @@ std::unique_ptr<Worker> Interpreter::Impl::make_worker() const {
     ctx.dims = &schedule.dims;
     ctx.rope_inv_freq = memory.rope_inv_freq;
     ctx.arena = memory.arena;
+    ctx.rank_arenas = rank_arena.data();
     ctx.weights = memory.weights;
     ctx.k_cache = memory.k_cache;
     ctx.v_cache = memory.v_cache;
@@ -143,6 +147,7 @@ void Interpreter::Impl::work(Worker& w, std::unique_lock<std::mutex>& lock) {
             // Set per SM taken: a thread asleep in cv.wait may wake up in a later step than it slept in.
             w.ctx.step = step;
             const uint32_t sm = ring[ring_head];
+            w.ctx.arena = rank_arena[schedule.rank_of_stream(sm)];
             ring_head = (ring_head + 1) % ring.size();
             --ring_size;
             ++n_active;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
 #include "runtime/stall_report.hpp"
 
@@ -68,13 +69,35 @@ void check_plan(const Schedule& s, const ProgramMemory& memory, const Instructio
     }
 }
 
+// Tensor parallel: each rank's arena region and KV layers may be a separate allocation (another GPU's), so
+// an access outside the rank's own (a transfer's write: its peer's) would touch memory that is not there.
+void check_rank_bounds(const Schedule& s, uint32_t rank, const Instruction& ins, const Access& a) {
+    uint32_t owner = rank;
+    if (ins.opcode == uint16_t(Opcode::transfer) && a.write) {
+        owner = decode_args<TransferArgs>(ins).dst_rank;
+        if (owner >= s.tp_size) fail("sends to rank {} of {}", owner, s.tp_size);
+    }
+    const uint64_t per_rank = a.space == Space::arena ? s.rank_arena_bytes
+                                                      : uint64_t(s.dims.n_layers / s.tp_size) * s.dims.kv_dim();
+    if (a.end > a.begin && (a.begin < owner * per_rank || a.end > (owner + 1) * per_rank))
+        fail("{} {} [{}, {}) outside rank {}'s [{}, {})", a.write ? "writes" : "reads",
+             a.space == Space::arena ? "arena bytes" : "KV slots", a.begin, a.end, owner, owner * per_rank,
+             (owner + 1) * per_rank);
+}
+
 }  // namespace
 
 PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory, bool check_pages,
                                   bool keep_accesses) {
     if (s.tp_size == 0 || s.streams.size() != uint64_t(s.target.n_sms) * s.tp_size)
         fail("schedule: {} streams for {} rank(s) of {} SMs", s.streams.size(), s.tp_size, s.target.n_sms);
+    if (s.tp_size > 1 && (s.rank_arena_bytes * s.tp_size != s.arena_bytes || s.dims.n_layers % s.tp_size != 0))
+        fail("schedule: {} ranks do not split {} arena bytes into regions of {} and {} layers evenly", s.tp_size,
+             s.arena_bytes, s.rank_arena_bytes, s.dims.n_layers);
     if (s.arena_bytes > 0 && memory.arena == nullptr) fail("schedule: the program gives no arena");
+    if (memory.rank_arenas)
+        for (uint32_t r = 0; r < s.tp_size; ++r)
+            if (memory.rank_arenas[r] == nullptr) fail("schedule: the program gives no arena for rank {}", r);
     check_weights(s, memory);
 
     const PlanInputs plan_inputs{s.weights.data(), s.target.page_bytes, s.target.n_pages};
@@ -99,7 +122,10 @@ PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory
                 const OpInfo& op = op_info(ins.opcode);
                 check_weight_ids(ins, s.weights);
                 std::vector<Access> accesses = op.accesses(ins, s.dims);
-                for (const Access& a : accesses) check_access(s, memory, a, keep_accesses);
+                for (const Access& a : accesses) {
+                    check_access(s, memory, a, keep_accesses);
+                    if (s.tp_size > 1) check_rank_bounds(s, s.rank_of_stream(sm), ins, a);
+                }
                 if (keep_accesses) out.accesses.push_back(std::move(accesses));
                 out.plans.push_back(op.page_plan(ins, plan_inputs));
                 check_plan(s, memory, ins, out.plans.back(), check_pages);

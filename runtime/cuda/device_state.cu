@@ -75,7 +75,7 @@ void DeviceState::check_step(int32_t token, int32_t pos, uint32_t next_pos) cons
 std::span<const float> DeviceState::host_logits() const {
     if (!logits_valid) {
         logits.resize(schedule.dims.vocab);
-        check_cuda(cudaMemcpy(logits.data(), arena.as<uint8_t>() + schedule.logits_off, 4ull * logits.size(),
+        check_cuda(cudaMemcpy(logits.data(), ctx.arena + schedule.logits_off, 4ull * logits.size(),
                               cudaMemcpyDeviceToHost),
                    "reading the logits");
         logits_valid = true;
@@ -108,19 +108,69 @@ DeviceBuffer upload_vector(const std::vector<T>& v, const char* what) {
     return buffer;
 }
 
+// `bytes` before `own`: a rank's base biased by the start of its region (RankMemory).
+template <typename T>
+T* biased(T* own, uint64_t bytes) {
+    return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(own) - uintptr_t(bytes));
+}
+
 }  // namespace
 
-std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len) {
+uint64_t exchange_arena_bytes(const Schedule& schedule) {
+    return (schedule.tp_size > 1 ? schedule.rank_arena_bytes : schedule.arena_bytes) + 16;
+}
+uint64_t exchange_counter_bytes(const Schedule& schedule) {
+    return 8 * std::max<uint64_t>(1, schedule.counters.size());
+}
+
+void DeviceState::set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* counters) {
+    if (rank >= rank_memory.size() || rank == placement.rank || placement.layout != RankLayout::one_rank)
+        fail("CUDA: set_peer({}) on a device state of rank {}", rank, placement.rank);
+    const RankMemory& own = rank_memory[placement.rank];
+    rank_memory[rank] = {biased(arena_region, rank * schedule.rank_arena_bytes), own.k_cache, own.v_cache, counters};
+    rank_table.upload(rank_memory.data(), rank_memory.size() * sizeof(RankMemory), "rank table");
+}
+
+void DeviceState::reset_counters() const {
+    const uint32_t first = placement.layout == RankLayout::one_rank ? placement.rank : 0;
+    const uint32_t count = placement.layout == RankLayout::separate ? schedule.tp_size : 1;
+    for (uint32_t r = first; r < first + count; ++r)
+        check_cuda(cudaMemset(rank_memory[r].counters, 0, exchange_counter_bytes(schedule)), "resetting the counters");
+}
+
+uint32_t DeviceState::posted_token_off() const {
+    const uint32_t first = placement.layout == RankLayout::one_rank ? placement.rank : 0;
+    return uint32_t(schedule.token_off + first * schedule.rank_arena_bytes);
+}
+
+std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
+                                                  const RankPlacement& placement) {
     const std::string source = model.path.string();
     auto state = std::make_unique<DeviceState>();
     DeviceState& s = *state;
     s.schedule = std::move(schedule);
+    s.placement = placement;
     const ModelDims& d = s.schedule.dims;
+    const uint32_t tp = s.schedule.tp_size;
+    const bool one_rank = placement.layout == RankLayout::one_rank;
+    if (one_rank && placement.rank >= tp) fail("CUDA: rank {} of a {}-rank schedule", placement.rank, tp);
     s.ctx_len = ctx_len ? ctx_len : uint32_t(std::min<int64_t>(model.config.context_length, 4096));
     if (int64_t(s.ctx_len) > model.config.context_length)
         fail("{}: context {} exceeds the model's {}", source, s.ctx_len, model.config.context_length);
 
-    ModelWeights bound = bind_weights(model, s.schedule);
+    // One rank on its own GPU reads only the weights its streams name (the verifier's rank check keeps each
+    // rank to its own layers' and slices' weights); the others are bound to placeholders, never copied.
+    const uint32_t n_sms = s.schedule.target.n_sms;
+    const uint32_t first_stream = one_rank ? placement.rank * n_sms : 0;
+    const uint32_t n_streams = one_rank ? n_sms : uint32_t(s.schedule.streams.size());
+    std::vector<bool> used(s.schedule.weights.size(), !one_rank);
+    const uint32_t end_stream = uint32_t(std::min<size_t>(first_stream + n_streams, s.schedule.streams.size()));
+    for (uint32_t sm = first_stream; one_rank && sm < end_stream; ++sm)
+        for (const Instruction& ins : s.schedule.streams[sm])
+            if (is_valid_opcode(ins.opcode))
+                for (uint32_t id : op_info(ins.opcode).weights(ins))
+                    if (id < used.size()) used[id] = true;
+    ModelWeights bound = bind_weights(model, s.schedule, one_rank ? &used : nullptr);
     for (size_t id = 0; id < bound.refs.size(); ++id) {
         const WeightRef& w = bound.refs[id];
         if (w.data && !device_supports(w.dtype))
@@ -141,30 +191,67 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     uint32_t samples = 0;
     for (const auto& stream : s.schedule.streams)
         for (const Instruction& ins : stream) samples += Opcode(ins.opcode) == Opcode::sample;
-    if (samples != s.schedule.tp_size)
-        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({})", samples,
-             s.schedule.tp_size);
+    if (samples != tp)
+        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({})", samples, tp);
 
+    if (one_rank) {
+        for (uint32_t sm = first_stream; sm < first_stream + n_streams; ++sm)
+            for (const PreparedInstruction& p : s.prepared.streams[sm])
+                for (const Tile& t : p.plan->tiles)
+                    if (!used.at(t.weight))
+                        fail("CUDA: {} streams a tile of weight {} it does not name", p.op->describe(*p.ins), t.weight);
+        for (size_t id = 0; id < bound.refs.size(); ++id)
+            if (!used[id]) bound.refs[id] = WeightRef{};  // the placeholders stay off the device
+    }
     WeightBlob blob = build_weight_blob(bound.refs);
-    s.layout = build_upload_layout(s.schedule, s.prepared, blob);
+    s.layout = build_upload_layout(s.schedule, s.prepared, blob, first_stream, n_streams);
     s.weight_bytes = blob.bytes.size();
 
-    const uint64_t cache_bytes = 4ull * d.n_layers * d.kv_dim() * s.ctx_len;
-    const uint64_t needed = blob.bytes.size() + 2 * cache_bytes + s.schedule.arena_bytes +
+    // Activations, caches and counters: one set, or one per rank, each base biased by its region's start.
+    const uint32_t n_sets = placement.layout == RankLayout::separate ? tp : 1;
+    const uint32_t set_ranks = placement.layout == RankLayout::shared ? 1 : tp;  // ranks whose memory splits
+    const uint64_t cache_bytes = 4ull * d.n_layers * d.kv_dim() * s.ctx_len / set_ranks;
+    const uint64_t arena_bytes = s.schedule.arena_bytes / set_ranks;
+    const uint64_t counter_bytes = exchange_counter_bytes(s.schedule);
+    const uint64_t needed = blob.bytes.size() + n_sets * (2 * cache_bytes + arena_bytes + counter_bytes) +
                             s.layout.instructions.size() * sizeof(Instruction) + s.layout.tiles.size() * sizeof(DeviceTile);
     const DeviceInfo device = current_device();
     if (needed > device.free_bytes)
         fail("{}: context {} needs {} bytes of device memory ({} of weights, {} of KV cache), but {} has {} free; use a "
-             "smaller context (-c)", source, s.ctx_len, needed, blob.bytes.size(), 2 * cache_bytes, device.name,
-             device.free_bytes);
+             "smaller context (-c)", source, s.ctx_len, needed, blob.bytes.size(), 2 * n_sets * cache_bytes,
+             device.name, device.free_bytes);
 
     s.blob = upload_vector(blob.bytes, "weights");
-    std::vector<DeviceWeight> table = device_weights(blob, s.blob.as<uint8_t>());
+    const std::vector<DeviceWeight> weight_table = device_weights(blob, s.blob.as<uint8_t>());
     blob = WeightBlob{};  // the host copy is no longer needed
-    s.weights = upload_vector(table, "weight table");
-    s.arena = DeviceBuffer(s.schedule.arena_bytes + 16, "activation arena");
-    s.k_cache = DeviceBuffer(cache_bytes, "K cache");
-    s.v_cache = DeviceBuffer(cache_bytes, "V cache");
+    s.weights = upload_vector(weight_table, "weight table");
+    for (uint32_t k = 0; k < n_sets; ++k) {
+        const uint32_t r = one_rank ? placement.rank : k;  // shared: rank 0's bias is none
+        RankBuffers& b = s.ranks.emplace_back();
+        uint8_t* arena = placement.exchange_arena;
+        uint64_t* counters = placement.exchange_counters;
+        if (!one_rank || !arena) {
+            b.arena = DeviceBuffer(arena_bytes + 16, "activation arena");
+            arena = b.arena.as<uint8_t>();
+        }
+        if (!one_rank || !counters) {
+            b.counters = DeviceBuffer(counter_bytes, "counters");
+            counters = b.counters.as<uint64_t>();
+        }
+        b.k_cache = DeviceBuffer(cache_bytes, "K cache");
+        b.v_cache = DeviceBuffer(cache_bytes, "V cache");
+        s.rank_memory.push_back({biased(arena, r * arena_bytes), biased(b.k_cache.as<float>(), r * cache_bytes),
+                                 biased(b.v_cache.as<float>(), r * cache_bytes), counters});
+    }
+    // Shared: every rank's bases are the same. One rank: its peers' entries come from set_peer.
+    while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);
+    s.rank_table = upload_vector(s.rank_memory, "rank table");
+    std::vector<uint8_t> remote(counter_bytes / 8, 0);
+    for (const auto& stream : s.schedule.streams)
+        for (const Instruction& ins : stream)
+            if (Opcode(ins.opcode) == Opcode::transfer)
+                for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
+    s.counter_is_remote = upload_vector(remote, "counter scopes");
     s.rope = upload_vector(bound.rope_inv_freq, "RoPE table");
     s.instructions = upload_vector(s.layout.instructions, "instructions");
     s.stream_begin = upload_vector(s.layout.stream_begin, "stream table");
@@ -172,17 +259,18 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     s.tiles = upload_vector(s.layout.tiles, "tiles");
     s.release_begin = upload_vector(s.layout.release_begin, "release index");
     s.release_order = upload_vector(s.layout.release_order, "release order");
-    s.counters = DeviceBuffer(std::max<uint64_t>(8, 8ull * s.schedule.counters.size()), "counters");
     std::vector<uint32_t> totals;
     for (const CounterInfo& c : s.schedule.counters) totals.push_back(c.step_total);
     s.step_totals = upload_vector(totals, "counter totals");
 
+    const RankMemory& first = s.rank_memory[one_rank ? placement.rank : 0];
     s.ctx.dims = d;
     s.ctx.rope_inv_freq = s.rope.as<float>();
-    s.ctx.arena = s.arena.as<uint8_t>();
+    s.ctx.arena = first.arena;
+    s.ctx.ranks = s.rank_table.as<RankMemory>();
     s.ctx.weights = s.weights.as<DeviceWeight>();
-    s.ctx.k_cache = s.k_cache.as<float>();
-    s.ctx.v_cache = s.v_cache.as<float>();
+    s.ctx.k_cache = first.k_cache;
+    s.ctx.v_cache = first.v_cache;
     s.ctx.ctx_len = s.ctx_len;
     return state;
 }

@@ -46,15 +46,43 @@ struct DeviceInfo {
 // The current device; throws mk::Error when there is none (no driver, no GPU).
 DeviceInfo current_device();
 
+// A rank's activations, KV caches and counters (see RankMemory).
+struct RankBuffers {
+    DeviceBuffer arena, k_cache, v_cache, counters;
+};
+
+// Where a tensor-parallel schedule's ranks keep their memory on this device.
+enum class RankLayout {
+    shared,    // every rank here, one allocation of each holding every rank's region (baseline, op tests)
+    separate,  // every rank here (--tp-loopback), one allocation per rank: only a transfer reaches a peer's
+    one_rank,  // one rank on this GPU, its peers on others: its streams, its weights, its memory
+};
+
+struct RankPlacement {
+    RankLayout layout = RankLayout::shared;
+    uint32_t rank = 0;  // one_rank: which
+    // one_rank, optional: the rank's arena region and counters in memory its peers can write (its NCCL
+    // window), exchange_arena_bytes and exchange_counter_bytes long; null: allocated here.
+    uint8_t* exchange_arena = nullptr;
+    uint64_t* exchange_counters = nullptr;
+};
+uint64_t exchange_arena_bytes(const Schedule& schedule);    // one rank's region, plus slack for 16-byte copies
+uint64_t exchange_counter_bytes(const Schedule& schedule);  // a whole counter array
+
 struct DeviceState {
     Schedule schedule;
     uint32_t ctx_len = 0;
     PreparedSchedule prepared;  // points into schedule
     UploadLayout layout;
-    DeviceBuffer blob, weights, arena, k_cache, v_cache, rope;
+    DeviceBuffer blob, weights, rope;
     DeviceBuffer instructions, stream_begin, tile_begin, tiles, release_begin, release_order;
-    DeviceBuffer counters, step_totals;
-    DeviceOpContext ctx{};  // pos, token and scratch left for the launcher
+    RankPlacement placement;
+    std::vector<RankBuffers> ranks;  // one (shared, one_rank) or one per rank (separate); arena and counters
+                                     // are empty when the placement gave exchange memory
+    std::vector<RankMemory> rank_memory;  // by rank, as uploaded to rank_table
+    DeviceBuffer rank_table;
+    DeviceBuffer step_totals, counter_is_remote;
+    DeviceOpContext ctx{};  // the first rank's memory (rank 0's but one_rank); pos, token, scratch left for the launcher
     uint64_t weight_bytes = 0;
 
     // What every CUDA Program's step() checks first: the position is in the context and follows the
@@ -63,6 +91,13 @@ struct DeviceState {
     // The last step's logits, copied from the device once per step (new_step() forgets the copy).
     std::span<const float> host_logits() const;
     void new_step() { logits_valid = false; }
+    // one_rank: where peer `rank`'s region of the arena (its first byte) and its counters are, as this device
+    // addresses them (an NCCL peer pointer, or the peer's own pointer under CUDA peer access).
+    void set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* counters);
+    // Zeroes the counters of the ranks this device runs (after a fault, with the kernel ended).
+    void reset_counters() const;
+    // The arena offset of the token this device's kernel hands to the host: its first rank's sample.
+    uint32_t posted_token_off() const;
     // The step's token: the device's greedy pick, or the shared sampling rule over the logits on the host.
     int32_t sampled_token(int32_t device_token, const SamplingParams& params, std::span<const int32_t> history,
                           int32_t pos) const;
@@ -74,6 +109,8 @@ private:
 
 // Binds, repacks and uploads. Throws mk::Error naming the model file for unsupported weight formats,
 // a schedule whose rows are not padded for bulk copies, or memory the device does not have.
-std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len);
+// With RankLayout::one_rank, call on the rank's device (cudaSetDevice) and read only rank 0's logits.
+std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
+                                                  const RankPlacement& placement = {});
 
 }  // namespace mk

@@ -83,6 +83,7 @@ struct Consumers {
     Pages pages;
     SharedState& sh;
     Team team;
+    uint64_t* counters;  // this block's rank's
     uint32_t full_parity = 0;
 
     __device__ bool run_step(uint32_t begin, uint32_t end, WaitGuard guard, uint32_t step, DeviceOpContext& ctx) {
@@ -98,7 +99,8 @@ struct Consumers {
                 for (uint32_t w = 0; w < ins.n_waits; ++w) {
                     const Wait& wait = ins.waits[w];
                     const uint64_t target = uint64_t(guard.epoch) * P.step_totals[wait.counter] + wait.target;
-                    if (!cuda_sync::wait_at_least<uint64_t>(&P.counters[wait.counter], target, guard, wait.counter)) {
+                    if (!cuda_sync::wait_at_least<uint64_t>(&counters[wait.counter], target, guard, wait.counter,
+                                                            P.counter_is_remote[wait.counter] != 0)) {
                         sh.failed = 1;
                         break;
                     }
@@ -119,10 +121,22 @@ struct Consumers {
             team.sync();                   // the op's stores are done before they are published
             if (sh.failed) return false;   // so the whole team leaves together
             if (team.rank == 0) {
-                __threadfence();
-                for (uint32_t g = 0; g < ins.n_signals; ++g)
-                    cuda_sync::release_add(&P.counters[ins.signals[g].counter], ins.signals[g].delta);
-                // A TP schedule samples the same token on every rank; rank 0's (at token_off) goes to the host.
+                if (Opcode(ins.opcode) == Opcode::transfer) {
+                    // The peer's counter, after the copy into its memory: system scope (NVLink, another GPU).
+                    uint64_t* peer = ctx.ranks[decode_args<TransferArgs>(ins).dst_rank].counters;
+                    __threadfence_system();
+                    for (uint32_t g = 0; g < ins.n_signals; ++g)
+                        cuda_sync::release_add_system(&peer[ins.signals[g].counter], ins.signals[g].delta);
+                } else {
+                    __threadfence();
+                    for (uint32_t g = 0; g < ins.n_signals; ++g) {
+                        // A counter peers' transfers also signal gets every add at their scope.
+                        const uint16_t c = ins.signals[g].counter;
+                        if (P.counter_is_remote[c]) cuda_sync::release_add_system(&counters[c], ins.signals[g].delta);
+                        else cuda_sync::release_add(&counters[c], ins.signals[g].delta);
+                    }
+                }
+                // A TP schedule samples the same token on every rank; this GPU's first rank's goes to its host mailbox.
                 if (Opcode(ins.opcode) == Opcode::sample && decode_args<SampleArgs>(ins).token_off == P.token_off)
                     post_token(step);
                 if (tiles.used) sh.consumer_ring.finish(P.release_order + P.release_begin[i], tiles.used);
@@ -132,7 +146,7 @@ struct Consumers {
         return true;
     }
 
-    // The step's (rank 0's) sample instruction: hand the token to the host and decide whether to go on.
+    // The step's posting sample instruction (P.token_off's): hand the token to the host, decide whether to go on.
     __device__ void post_token(uint32_t step) {
         const int32_t token = *reinterpret_cast<const int32_t*>(P.ctx.arena + P.token_off);
         const Command& c = sh.command;
@@ -226,11 +240,15 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
     __syncthreads();
 
     DeviceOpContext ctx = P.ctx;
+    const RankMemory& own = P.ctx.ranks[P.first_rank + sm / P.sms_per_rank];
+    ctx.arena = own.arena;
+    ctx.k_cache = own.k_cache;
+    ctx.v_cache = own.v_cache;
     ctx.scratch = scratch;
     ctx.scratch_floats = P.scratch_bytes / 4;
     WaitGuard guard{P.control, P.mailbox, P.watchdog_ns, sm, 0, 0, 0};
     Loader loader{P, pages, sh.loader_ring};
-    Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}};
+    Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}, own.counters};
 
     if (!P.resident) {
         if (tid == 0) sh.command = P.command;

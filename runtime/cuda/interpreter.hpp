@@ -18,12 +18,17 @@ struct InterpreterParams {
     const uint32_t* release_begin;
     const uint8_t* release_order;
     const uint8_t* weight_blob;
-    uint32_t n_sms;  // blocks: the schedule's streams (every rank's, in a TP schedule)
+    uint32_t n_sms;  // blocks: this GPU's streams (every rank's in loopback, one rank's on separate GPUs)
 
-    DeviceOpContext ctx;       // pos, token and scratch are set per step inside the kernel
-    uint64_t* counters;        // schedule.counters.size(), monotonic for the kernel's life
+    DeviceOpContext ctx;       // pos, token and scratch are set per step inside the kernel, and each
+                               // block's arena and caches from ctx.ranks; ctx.arena: the first rank's
+    // Tensor parallel: block b runs rank first_rank + b / sms_per_rank (one GPU runs all ranks in loopback,
+    // one rank each otherwise); its arena, caches and counters are ctx.ranks[rank]'s. The counters
+    // (schedule.counters.size() per rank) are monotonic for the kernel's life.
+    uint32_t first_rank, sms_per_rank;
+    const uint8_t* counter_is_remote;  // by counter: 1 when a transfer signals it (system-scope acquire)
     const uint32_t* step_totals;  // per counter: its increment per step
-    uint32_t token_off;        // arena offset of the sampled token (i32)
+    uint32_t token_off;        // arena offset of the token this GPU posts (i32): its first rank's sample
 
     DeviceControl* control;
     Mailbox* mailbox;          // mapped pinned memory (device pointer)

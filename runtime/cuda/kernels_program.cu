@@ -47,7 +47,7 @@ public:
         } else {
             launch_stages();
         }
-        check_cuda(cudaMemcpyAsync(host_step_, state_->arena.as<uint8_t>() + state_->schedule.token_off, sizeof(int32_t),
+        check_cuda(cudaMemcpyAsync(host_step_, state_->ctx.arena + state_->schedule.token_off, sizeof(int32_t),
                                    cudaMemcpyDeviceToHost, stream_),
                    "reading the token");
         check_cuda(cudaStreamSynchronize(stream_), "the step's kernels");

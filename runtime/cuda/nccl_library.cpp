@@ -27,6 +27,8 @@ constexpr const char* kRequired[] = {"ncclGetVersion",         "ncclGetErrorStri
                                      "ncclCommWindowRegister", "ncclCommWindowDeregister", "ncclGroupStart",
                                      "ncclGroupEnd"};
 
+void* g_handle = nullptr;  // set once the library proved usable
+
 NcclStatus load() {
     NcclStatus s;
     s.header_version = kHeaderVersion;
@@ -60,6 +62,7 @@ NcclStatus load() {
         return s;
     }
     s.usable = true;
+    g_handle = handle;
     s.message = fmt::format("{} {} (built against {} headers)", s.library, nccl_version_string(s.version),
                             nccl_version_string(kHeaderVersion));
     return s;  // the handle stays open for the process's life
@@ -74,6 +77,10 @@ std::string nccl_version_string(int code) {
 NcclStatus probe_nccl() {
     static const NcclStatus status = load();
     return status;
+}
+
+void* nccl_symbol(const char* name) {
+    return probe_nccl().usable ? dlsym(g_handle, name) : nullptr;
 }
 
 }  // namespace mk::cuda

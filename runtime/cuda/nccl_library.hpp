@@ -17,6 +17,8 @@ struct NcclStatus {
 
 // Never throws. Loads the library once per process; later calls return the first answer.
 NcclStatus probe_nccl();
+// A function of the loaded library (one of those probe_nccl checked), or null when it is not usable.
+void* nccl_symbol(const char* name);
 // "2.28.9" from 22809.
 std::string nccl_version_string(int code);
 

@@ -32,6 +32,14 @@ __device__ inline void release_store(uint32_t* value, uint32_t v) {
 __device__ inline void release_add(uint64_t* counter, uint64_t delta) {
     cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*counter).fetch_add(delta, cuda::memory_order_release);
 }
+// Tensor parallel: a counter another rank signals (a transfer's, possibly from another GPU over NVLink) is
+// released and acquired at system scope, the scope both GPUs' threads share.
+__device__ inline void release_add_system(uint64_t* counter, uint64_t delta) {
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*counter).fetch_add(delta, cuda::memory_order_release);
+}
+__device__ inline uint64_t acquire_load_system(const uint64_t* counter) {
+    return cuda::atomic_ref<const uint64_t, cuda::thread_scope_system>(*counter).load(cuda::memory_order_acquire);
+}
 // Generic-proxy writes seen through an acquire become visible to later async-proxy (bulk) reads.
 __device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
@@ -75,14 +83,21 @@ __device__ inline void raise_fault(const WaitGuard& g, uint32_t flag, uint32_t c
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(g.control->abort).store(1u, cuda::memory_order_release);
 }
 
-// Waits until *value >= target. Returns false when the run is aborted (by this wait's watchdog or anyone).
+// Waits until *value >= target, acquiring at system scope when `system` (a counter another rank signals).
+// Returns false when the run is aborted (by this wait's watchdog or anyone).
 template <typename T>
-__device__ inline bool wait_at_least(const T* value, T target, const WaitGuard& g, uint32_t counter_id) {
-    if (acquire_load(value) >= target) return true;
+__device__ inline bool wait_at_least(const T* value, T target, const WaitGuard& g, uint32_t counter_id,
+                                     bool system = false) {
+    auto load = [&]() -> T {
+        if constexpr (sizeof(T) == sizeof(uint64_t))
+            if (system) return acquire_load_system(value);
+        return acquire_load(value);
+    };
+    if (load() >= target) return true;
     const uint64_t start = global_timer_ns();
     uint32_t sleep_ns = 32;
     for (uint32_t spin = 1;; ++spin) {
-        const T now = acquire_load(value);
+        const T now = load();
         if (now >= target) return true;
         __nanosleep(sleep_ns);
         sleep_ns = sleep_ns < 1024 ? sleep_ns * 2 : 1024;

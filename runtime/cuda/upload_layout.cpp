@@ -1,6 +1,7 @@
 // The upload layout (see upload_layout.hpp).
 #include "runtime/cuda/upload_layout.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/error.hpp"
@@ -42,10 +43,12 @@ std::vector<DeviceWeight> device_weights(const WeightBlob& blob, const uint8_t* 
     return out;
 }
 
-UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prepared, const WeightBlob& blob) {
+UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prepared, const WeightBlob& blob,
+                                 uint32_t first_stream, uint32_t n_streams) {
     UploadLayout out;
     out.stream_begin.push_back(0);
-    for (uint32_t sm = 0; sm < prepared.streams.size(); ++sm) {
+    const uint32_t end = uint32_t(std::min<uint64_t>(prepared.streams.size(), uint64_t(first_stream) + n_streams));
+    for (uint32_t sm = first_stream; sm < end; ++sm) {
         for (const PreparedInstruction& p : prepared.streams[sm]) {
             const PagePlan& plan = *p.plan;
             if (plan.n_pages > PageRing::kMaxPages)

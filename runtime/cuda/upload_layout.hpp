@@ -37,8 +37,10 @@ struct UploadLayout {
     uint64_t max_tile_bytes = 0;
 };
 
-// Flattens a prepared schedule (prepare_schedule validated it) against the blob's offsets.
+// Flattens a prepared schedule (prepare_schedule validated it) against the blob's offsets: every stream, or
+// the n_streams from first_stream (one tensor-parallel rank's, on its own GPU).
 // Throws mk::Error for a tile that is not a legal bulk copy or a page plan over PageRing::kMaxPages.
-UploadLayout build_upload_layout(const Schedule& schedule, const PreparedSchedule& prepared, const WeightBlob& blob);
+UploadLayout build_upload_layout(const Schedule& schedule, const PreparedSchedule& prepared, const WeightBlob& blob,
+                                 uint32_t first_stream = 0, uint32_t n_streams = UINT32_MAX);
 
 }  // namespace mk

@@ -146,6 +146,8 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 ctx.dims = &d;
                 ctx.rope_inv_freq = weights.rope_inv_freq.data();
                 ctx.arena = cpu.arena.data();
+                const std::vector<uint8_t*> rank_arenas(s.tp_size, cpu.arena.data());  // shared layout, as on the GPU
+                ctx.rank_arenas = rank_arenas.data();
                 ctx.weights = weights.refs.data();
                 ctx.k_cache = cpu.k_cache.data();
                 ctx.v_cache = cpu.v_cache.data();
@@ -155,9 +157,9 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 ctx.tiles = &reader;
                 op.run_cpu(*p.ins, ctx);
                 // GPU: the same instruction as a batch of one.
-                state->arena.upload(gpu.arena.data(), gpu.arena.size(), "arena");
-                state->k_cache.upload(gpu.k_cache.data(), 4 * cache_floats, "K cache");
-                state->v_cache.upload(gpu.v_cache.data(), 4 * cache_floats, "V cache");
+                state->ranks[0].arena.upload(gpu.arena.data(), gpu.arena.size(), "arena");
+                state->ranks[0].k_cache.upload(gpu.k_cache.data(), 4 * cache_floats, "K cache");
+                state->ranks[0].v_cache.upload(gpu.v_cache.data(), 4 * cache_floats, "V cache");
                 BatchLaunch b{};
                 b.instructions = state->instructions.as<Instruction>() + p.flat;
                 b.tile_begin = state->tile_begin.as<uint32_t>() + p.flat;
@@ -170,9 +172,9 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 b.scratch_bytes = 4 * (d.d_model + 1024);
                 check_cuda(launch_instruction_batch(b, nullptr), "launching the op");
                 check_cuda(cudaDeviceSynchronize(), "running the op");
-                check_cuda(cudaMemcpy(gpu.arena.data(), state->arena.as<void>(), gpu.arena.size(), cudaMemcpyDeviceToHost), "arena");
-                check_cuda(cudaMemcpy(gpu.k_cache.data(), state->k_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "K");
-                check_cuda(cudaMemcpy(gpu.v_cache.data(), state->v_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "V");
+                check_cuda(cudaMemcpy(gpu.arena.data(), state->ranks[0].arena.as<void>(), gpu.arena.size(), cudaMemcpyDeviceToHost), "arena");
+                check_cuda(cudaMemcpy(gpu.k_cache.data(), state->ranks[0].k_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "K");
+                check_cuda(cudaMemcpy(gpu.v_cache.data(), state->ranks[0].v_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "V");
                 for (const Access& a : writes) {
                     const double err =
                         max_rel_error(region(gpu, a, d, ctx_len, pos), region(cpu, a, d, ctx_len, pos));

@@ -17,6 +17,7 @@
 #include "runtime/cuda/upload_layout.hpp"
 #include "runtime/program.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/tensor_parallel.hpp"
 #include "tests/test_paths.hpp"
 
 namespace mk {
@@ -80,6 +81,35 @@ TEST_CASE("padded rows (the CUDA layout) give the CPU backend the same logits, b
         // SmolLM2's 576-wide rows are 360 bytes in Q4_1 and 612 in Q8_0: both need padding.
         if (std::string(dtype) != "bf16") CHECK(any_padded);
         CHECK(run_steps(model, padded, 4) == run_steps(model, plain, 4));
+    }
+}
+
+TEST_CASE("one rank's upload layout is its slice of the whole schedule's", "[cpu][tp]") {
+    // What a GPU running one tensor-parallel rank uploads: that rank's streams, tiles and release orders.
+    Model model = synthetic("synthetic:smollm2-135m:q8_0:layers=2:vocab=1023:seed=13", "layout_tp.gguf");
+    const auto formats = padded_row_formats(tp_weight_formats(weight_formats(model), model_dims(model.config), 3),
+                                            kDeviceRowAlign);
+    const Schedule s = compile_schedule(model.config, formats, target_custom(4, 232448), Policy::critical_path, 3);
+    Prepared prepared(model, s);
+    const WeightBlob blob = build_weight_blob(prepared.weights.refs);
+    const UploadLayout whole = build_upload_layout(s, prepared.schedule, blob);
+    for (uint32_t rank = 0; rank < 3; ++rank) {
+        INFO("rank " << rank);
+        const uint32_t first = rank * s.target.n_sms;
+        const UploadLayout part = build_upload_layout(s, prepared.schedule, blob, first, s.target.n_sms);
+        REQUIRE(part.stream_begin.size() == s.target.n_sms + 1);
+        const uint32_t i0 = whole.stream_begin[first], i1 = whole.stream_begin[first + s.target.n_sms];
+        REQUIRE(part.instructions.size() == i1 - i0);
+        CHECK(std::memcmp(part.instructions.data(), whole.instructions.data() + i0, (i1 - i0) * sizeof(Instruction)) == 0);
+        for (uint32_t k = 0; k <= s.target.n_sms; ++k) CHECK(part.stream_begin[k] == whole.stream_begin[first + k] - i0);
+        const uint32_t t0 = whole.tile_begin[i0], r0 = whole.release_begin[i0];
+        REQUIRE(part.tiles.size() == whole.tile_begin[i1] - t0);
+        for (uint32_t t = 0; t < part.tiles.size(); ++t)
+            CHECK(std::memcmp(&part.tiles[t], &whole.tiles[t0 + t], sizeof(DeviceTile)) == 0);
+        for (uint32_t i = 0; i <= i1 - i0; ++i) {
+            CHECK(part.tile_begin[i] == whole.tile_begin[i0 + i] - t0);
+            CHECK(part.release_begin[i] == whole.release_begin[i0 + i] - r0);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "instructions/reduce_add/reduce_add.hpp"
@@ -11,6 +12,7 @@
 #include "models/error.hpp"
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
+#include "runtime/model_weights.hpp"
 #include "runtime/program.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/schedule_file.hpp"
@@ -107,6 +109,33 @@ TEST_CASE("TP=2 and TP=3 match TP=1 on a synthetic model in every block format",
         const auto inputs = greedy_inputs(model, target_custom(5, 232448), {1, 17, 400, 999, 3}, 5);
         check_tp_matches_tp1(model, target_custom(5, 232448), inputs, {2, 3});
     }
+}
+
+TEST_CASE("one rank's weights bind as the whole schedule's, the others' as placeholders", "[cpu][tp]") {
+    // What a GPU running only rank 1 binds: rank 1's weights byte for byte, nothing of rank 0's copied.
+    Model model = synthetic(fmt::format(fmt::runtime(std::string("synthetic:") + kSplitShape + ":seed=25"), "q8_0"),
+                            "tp_bind_only.gguf");
+    const Schedule s = tp_schedule(model, target_custom(3, 232448), 2);
+    std::vector<bool> rank1(s.weights.size(), false);
+    for (uint32_t sm = s.target.n_sms; sm < s.streams.size(); ++sm)
+        for (const Instruction& ins : s.streams[sm])
+            for (uint32_t id : op_info(ins.opcode).weights(ins)) rank1[id] = true;
+    const ModelWeights all = bind_weights(model, s), some = bind_weights(model, s, &rank1);
+    REQUIRE(some.refs.size() == all.refs.size());
+    CHECK(some.padded.size() < all.padded.size());  // rank 0's column slices are not copied
+    uint32_t n_bound = 0;
+    for (size_t id = 0; id < all.refs.size(); ++id) {
+        const WeightRef &a = all.refs[id], &b = some.refs[id];
+        INFO("weight " << id);
+        CHECK((a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes));
+        CHECK((a.data == nullptr) == (b.data == nullptr));
+        if (!rank1[id] || !a.data) continue;
+        ++n_bound;
+        CHECK(std::memcmp(a.data, b.data, uint64_t(a.rows) * a.row_bytes) == 0);
+    }
+    CHECK(n_bound > 0);
+    const std::vector<bool> too_few(3, true);
+    CHECK_THROWS_WITH(bind_weights(model, s, &too_few), Catch::Contains("bind_only names 3 weights"));
 }
 
 TEST_CASE("TP=2 and TP=4 match TP=1 on the Llama-3.2-1B shape", "[cpu][tp]") {
@@ -206,6 +235,36 @@ TEST_CASE("the verifier refuses a dropped cross-rank wait and memory touched acr
     INFO(ranks.summary());
     CHECK(ranks.count(VerifyCheck::ranks) >= 2);
     CHECK_THAT(ranks.summary(), Catch::Contains("sends to rank") && Catch::Contains("runs on rank 1 but writes arena"));
+    // The CPU backend gives each rank its own arena, so it refuses the same schedule before running it,
+    // verifier or not.
+    ProgramOptions unchecked;
+    unchecked.ctx_len = 16;
+    CHECK_THROWS_WITH(make_cpu_program(model, broken, unchecked), Catch::Contains("outside rank"));
+
+    // A rank-0 instruction (not a transfer) signalling a counter that rank 1 waits on: on separate GPUs it
+    // would bump rank 0's copy of the counter and rank 1 would wait forever.
+    broken = s;
+    std::optional<uint16_t> remote;  // a counter only rank 1 waits on
+    for (uint32_t sm = broken.target.n_sms; sm < broken.streams.size() && !remote; ++sm)
+        for (const Instruction& i : broken.streams[sm])
+            if (i.opcode == uint16_t(Opcode::reduce_add) && i.n_waits > 0) remote = i.waits[0].counter;
+    REQUIRE(remote);
+    Instruction* signaller = nullptr;
+    for (uint32_t sm = 0; sm < broken.target.n_sms && !signaller; ++sm)
+        for (Instruction& i : broken.streams[sm])
+            if (i.opcode != uint16_t(Opcode::transfer) && i.n_signals > 0) {
+                signaller = &i;
+                break;
+            }
+    REQUIRE(signaller);
+    signaller->signals[0].counter = *remote;
+    const VerifyReport owners = verify(broken);
+    INFO(owners.summary());
+    CHECK(owners.count(VerifyCheck::ranks) >= 1);
+    CHECK_THAT(owners.summary(), Catch::Contains("which rank 1 waits on") &&
+                                     Catch::Contains("only a transfer may signal another rank's counter"));
+    // The untouched schedule passes the same check.
+    CHECK(verify(s).count(VerifyCheck::ranks) == 0);
 }
 
 TEST_CASE("a model that cannot split N ways is refused with the reason", "[cpu][tp]") {

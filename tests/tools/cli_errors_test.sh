@@ -66,6 +66,7 @@ expect nonzero 'temp' "$mk" generate -m "$dir/m.gguf" -p hi --temp warm
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda
   expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda-kernels --graph
+  expect 2 'no usable CUDA device|built without CUDA' "$mk" "${run[@]}" --backend cuda --tp 2
 fi
 expect 2 'are for the CUDA backends' "$mk" "${run[@]}" --backend cpu --stepwise
 

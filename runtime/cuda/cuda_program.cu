@@ -1,6 +1,7 @@
 // The megakernel Program (see cuda_program.hpp): uploads the program state, launches the resident
 // interpreter once (or once per step), posts commands through pinned memory and waits for answers
-// with its own timeout, so a stuck or dead kernel becomes an error, never a hang.
+// with its own timeout, so a stuck or dead kernel becomes an error, never a hang. With --tp on separate
+// GPUs it does this for one kernel per GPU, each running one rank, and treats them as one.
 #include <cuda_runtime.h>
 
 #include <atomic>

@@ -1,5 +1,6 @@
 // The CUDA backends as Programs: the resident megakernel (one launch for the Program's life, or one
-// launch per step with `stepwise`) and the kernel-per-op baseline (`cuda-kernels`, optionally replayed
+// launch per step with `stepwise`; one kernel per GPU when tensor-parallel ranks run on separate GPUs)
+// and the kernel-per-op baseline (`cuda-kernels`, optionally replayed
 // as a CUDA graph). Built only with CUDA; the host logic they share is in upload_layout and control.
 #pragma once
 #include <cstdint>

@@ -3,6 +3,8 @@
 
 #include "runtime/cuda/probe.hpp"
 
+#include <string>
+
 namespace mk::cuda {
 
 namespace {
@@ -31,6 +33,18 @@ DeviceProbe probe_device() {
         probe.kernel_ran = cudaMemcpy(&host, value, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && host == 1;
         cudaFree(value);
     }
+    probe.device_count = count;
+    for (int a = 0; a < count; ++a)
+        for (int b = a + 1; b < count; ++b) {
+            int ab = 0, ba = 0, atomics = 0;
+            cudaDeviceCanAccessPeer(&ab, a, b);
+            cudaDeviceCanAccessPeer(&ba, b, a);
+            cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b);
+            if (!ab || !ba || !atomics)
+                probe.unpaired.push_back(std::to_string(a) + "-" + std::to_string(b) +
+                                         (!ab || !ba ? " (no peer access)" : " (no peer atomics)"));
+        }
+    cudaGetLastError();
     probe.available = true;
     probe.name = props.name;
     probe.sm_count = props.multiProcessorCount;

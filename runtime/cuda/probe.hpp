@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace mk::cuda {
 
@@ -12,6 +13,10 @@ struct DeviceProbe {
     int sm_count = 0;
     size_t smem_optin_bytes = 0;
     std::string message;
+    int device_count = 0;
+    // Pairs of GPUs that cannot run tensor-parallel ranks together (no peer access, or no peer atomics), as
+    // "0-1 (no peer access)"; empty when every pair can (or there is one GPU).
+    std::vector<std::string> unpaired;
 };
 
 DeviceProbe probe_device();

@@ -61,7 +61,7 @@ PY
     if grep -q '^cuda: not built' "$out"; then echo "skipped: built without CUDA"; exit 77; fi
     grep -Eq '^nccl: ' "$out" || fail "no nccl line"
     MK_NCCL_LIBRARY=/nonexistent/libnccl.so.2 "$mk" devices >"$out" 2>"$err" || fail "mk devices failed"
-    grep -Eq '^nccl: not usable: (/nonexistent/libnccl\.so\.2: cannot load|this mk was built without NCCL headers)' "$out" ||
+    grep -Eq '^nccl: not usable \(--tp on separate GPUs uses CUDA peer access\): (/nonexistent/libnccl\.so\.2: cannot load|this mk was built without NCCL headers)' "$out" ||
       fail "a missing library is not named"
     echo "ok: $(grep '^nccl' "$out")"
     ;;

@@ -13,7 +13,8 @@
 namespace mk::tools {
 
 void register_devices(CLI::App& app) {
-    CLI::App* cmd = app.add_subcommand("devices", "List the backends of this build, the GPUs the CUDA runtime sees and whether --tp can span them");
+    CLI::App* cmd = app.add_subcommand(
+        "devices", "List the backends of this build, the GPUs the CUDA runtime sees and whether --tp can span them");
     cmd->callback([] {
         fmt::print("cpu: {} hardware threads\n", std::thread::hardware_concurrency());
 #if MK_HAVE_CUDA

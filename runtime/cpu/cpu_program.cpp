@@ -1,6 +1,7 @@
 // The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. Tensor-parallel
-// ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers. A context whose
-// KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused before allocating.
+// ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers.
+// A context whose KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused
+// before allocating.
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>

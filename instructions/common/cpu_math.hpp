@@ -8,10 +8,16 @@
 
 namespace mk {
 
-// out = w * x / sqrt(mean(x^2) + eps); w is an F32 vector weight. Sum of squares in double for stability.
+// out = w * x / sqrt(mean(x^2) + eps); w is an F32 vector weight. Sum of squares in double for stability,
+// in four interleaved partial sums: one chain of dependent adds made this the costliest part of the small
+// rms_* instructions a 132-SM schedule has thousands of (each recomputes its norm).
 inline void rms_norm(const float* x, const WeightRef& w, float eps, uint32_t n, float* out) {
-    double sum_sq = 0.0;
-    for (uint32_t i = 0; i < n; ++i) sum_sq += double(x[i]) * x[i];
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (uint32_t k = 0; k < 4; ++k) part[k] += double(x[i + k]) * x[i + k];
+    for (; i < n; ++i) part[0] += double(x[i]) * x[i];
+    const double sum_sq = (part[0] + part[1]) + (part[2] + part[3]);
     const float scale = float(1.0 / std::sqrt(sum_sq / n + eps));
     const float* weight = reinterpret_cast<const float*>(w.data);
     for (uint32_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * scale);

@@ -2,6 +2,7 @@
 // tokenizer and chat template — as text or --json.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,8 @@
 #include "models/error.hpp"
 #include "models/quant.hpp"
 #include "runtime/api/model_source.hpp"
+#include "scheduler/compile.hpp"
+#include "scheduler/tensor_parallel.hpp"
 #include "tools/commands.hpp"
 
 namespace mk::tools {
@@ -18,6 +21,22 @@ namespace {
 std::string token_label(const Tokenizer& tok, int32_t id) {
     if (id < 0 || size_t(id) >= tok.vocab_size()) return "none";
     return fmt::format("{} {}", id, nlohmann::json(tok.data().tokens[id]).dump());
+}
+
+// The --tp sizes the model splits into (check_tp: they divide the KV heads and the FFN width, and the
+// column slices are whole blocks).
+nlohmann::json tp_sizes(const Model& m) {
+    nlohmann::json sizes = nlohmann::json::array();
+    const ModelDims dims = model_dims(m.config);
+    const std::vector<WeightFormat> formats = weight_formats(m);
+    for (uint32_t tp = 1; tp <= std::min<uint32_t>(dims.n_kv_heads, 64); ++tp) {
+        try {
+            check_tp(dims, formats, tp);
+            sizes.push_back(tp);
+        } catch (const Error&) {
+        }
+    }
+    return sizes;
 }
 
 nlohmann::json describe_model(const Model& m) {
@@ -62,6 +81,7 @@ nlohmann::json describe_model(const Model& m) {
         {"tensor_types", dtypes},
         {"total_weight_bytes", m.total_weight_bytes},
         {"per_token_weight_bytes", m.per_token_weight_bytes},
+        {"tp_sizes", tp_sizes(m)},
         {"tokenizer",
          {{"kind", td.kind == TokenizerKind::byte_bpe ? "byte-level BPE" : "SentencePiece BPE"},
           {"pre", td.pre},
@@ -90,6 +110,9 @@ void print_text(const nlohmann::json& j) {
     line("tensor_types", types);
     line("total_weight_bytes", fmt::format("{} ({:.1f} MB)", j["total_weight_bytes"].get<uint64_t>(), j["total_weight_bytes"].get<uint64_t>() / 1e6));
     line("per_token_weight_bytes", fmt::format("{} ({:.1f} MB read per token)", j["per_token_weight_bytes"].get<uint64_t>(), j["per_token_weight_bytes"].get<uint64_t>() / 1e6));
+    std::string sizes;
+    for (const auto& tp : j["tp_sizes"]) sizes += fmt::format("{}{}", sizes.empty() ? "" : ", ", tp.get<uint32_t>());
+    line("tp_sizes", fmt::format("{} (--tp N: N divides the KV heads and the FFN, slices are whole blocks)", sizes));
     for (auto& [key, value] : j["tokenizer"].items())
         line(fmt::format("tokenizer.{}", key).c_str(), value.is_string() ? value.get<std::string>() : value.dump());
     line("chat_template", str("chat_template"));

@@ -55,6 +55,16 @@ for r in rows:
 print("ok:", ", ".join(f'{r["test"]} {r["tokens_per_s"]:.1f} t/s' for r in rows))
 PY
     ;;
+  info_tp)
+    # mk info lists the --tp sizes a model splits into: SmolLM2 has 3 KV heads, the Llama-3.2-1B shape 8.
+    need_model
+    "$mk" info --json >"$out" 2>"$err" || fail "mk info failed"
+    python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["tp_sizes"]; assert s == [1, 3], s' "$out" ||
+      fail "SmolLM2's tp_sizes are not [1, 3]"
+    "$mk" info synthetic:llama-3.2-1b:q4_1:layers=1 >"$out" 2>"$err" || fail "mk info of a synthetic spec failed"
+    grep -Eq '^tp_sizes +1, 2, 4, 8 ' "$out" || fail "the Llama-3.2-1B shape's tp_sizes are not 1, 2, 4, 8"
+    echo "ok: $(grep '^tp_sizes' "$out")"
+    ;;
   nccl_probe)
     # mk devices names the NCCL it would load for tensor parallelism across GPUs, or why it cannot.
     "$mk" devices >"$out" 2>"$err" || fail "mk devices failed"

@@ -45,6 +45,12 @@ public:
     virtual const uint8_t* tile(uint32_t index) = 0;
 };
 
+// How the CPU matvec ops take their row dots: exact (fp32 activations, dot_row) or q16 (the input vector
+// quantized once per instruction to 16-bit blocks of 32, integer dots where the weight format has them:
+// Q8_0, Q4_0, Q4_1; other formats stay exact). q16 is ~1.8x faster decode at ~1e-4..7e-4 relative L2 of
+// the logits (bench/RESULTS.md); the GPU backends always take fp32 activations.
+enum class CpuDots : uint8_t { exact, q16 };
+
 struct OpContext {
     const ModelDims* dims = nullptr;
     const float* rope_inv_freq = nullptr;  // (head_dim / 2) fp32: angular frequency of each rotary pair
@@ -59,6 +65,7 @@ struct OpContext {
     StepState* step = nullptr;
     const PagePlan* plan = nullptr;        // this instruction's page plan
     TileReader* tiles = nullptr;
+    CpuDots dots = CpuDots::exact;
 
     float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
     float* k_head(uint32_t layer, uint32_t kv_head) const { return k_cache + cache_offset(layer, kv_head); }

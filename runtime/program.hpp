@@ -16,6 +16,7 @@ struct ProgramOptions {
     uint32_t ctx_len = 0;       // KV-cache positions; 0: min(model context, 4096)
     bool check_pages = false;   // CPU: stage weights through per-SM pages and check the accounting
     bool detect_races = false;  // CPU: vector-clock race detector
+    CpuDots dots = CpuDots::exact;  // CPU: the matvec ops' dots (exact fp32, or q16 activations: faster)
 };
 
 class Program {

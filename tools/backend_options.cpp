@@ -18,6 +18,10 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("-c,--ctx-size", o.ctx_len, "Context length in tokens (default: the model's, at most 4096)");
     cmd->add_flag("--check-pages", o.check_pages, "CPU: stage weights through per-SM pages and check the page accounting");
     cmd->add_flag("--detect-races", o.detect_races, "CPU: run the vector-clock race detector (slow)");
+    cmd->add_option("--cpu-dots", o.cpu_dots,
+                    "CPU: q16 (default: each matvec's input as 16-bit blocks, integer dots on Q8_0/Q4_0/Q4_1 weights, "
+                    "~1.8x faster decode, logits within ~1e-3 of fp32) | exact (fp32 activations)")
+        ->check(CLI::IsMember({"exact", "q16"}));
     cmd->add_flag("--stepwise", o.stepwise, "cuda: launch the interpreter once per step instead of keeping it resident");
     cmd->add_flag("--graph", o.graph, "cuda-kernels: replay each step as a captured CUDA graph");
     cmd->add_option("--watchdog-ms", o.watchdog_ms,

@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "instructions/op_context.hpp"
 #include "models/quant.hpp"
@@ -33,6 +34,32 @@ inline void rope_pair(float& a, float& b, int32_t pos, float inv_freq) {
     a = x * c - y * s;
     b = x * s + y * c;
 }
+
+// An op's input vector for its row dots, in the context's dot mode: q16 quantizes it on the first dot with a
+// format that has a q16 kernel (one thread-local buffer: one RowDots per thread at a time).
+class RowDots {
+public:
+    RowDots(const OpContext& ctx, const float* x, uint32_t n)
+        : x_(x), n_(n), q16_(ctx.dots == CpuDots::q16 && n % kQ8BlockValues == 0) {}
+    float dot(DType dtype, const uint8_t* row) {
+        if (!q16_ || !has_q16_dot(dtype)) return dot_row(dtype, row, x_, n_);
+        if (!quantized_) {
+            blocks().resize(n_ / kQ8BlockValues);
+            quantize_activations_q16(x_, n_, blocks().data());
+            quantized_ = true;
+        }
+        return dot_row_q16(dtype, row, blocks().data(), n_);
+    }
+
+private:
+    static std::vector<BlockQ16>& blocks() {
+        thread_local std::vector<BlockQ16> buffer;
+        return buffer;
+    }
+    const float* x_;
+    uint32_t n_;
+    bool q16_, quantized_ = false;
+};
 
 // Visits every row of the instruction's tiles that belong to `weight`, in tile order:
 // visit(row_index, row_bytes_pointer).

@@ -12,8 +12,9 @@ void MatvecAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     const float* in = ctx.f32(a.in_off);
     float* x = ctx.f32(a.x_off);
     const DType dtype = ctx.weights[a.weight].dtype;
+    RowDots dots(ctx, in, a.cols);
     for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        const float dot = dot_row(dtype, bytes, in, a.cols);
+        const float dot = dots.dot(dtype, bytes);
         x[row] = a.store ? dot : x[row] + dot;
     });
 }

@@ -18,6 +18,7 @@ void RmsGateUpOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     const WeightRef& wg = ctx.weights[a.gate];
     const WeightRef& wu = ctx.weights[a.up];
     float* act = ctx.f32(a.act_off);
+    RowDots dots(ctx, xn.data(), a.d_model);
     for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
         const Tile& tile = ctx.plan->tiles[t];
         const uint8_t* bytes = ctx.tiles->tile(t);
@@ -25,7 +26,7 @@ void RmsGateUpOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         const WeightRef& w = is_gate ? wg : wu;
         for (uint32_t r = 0; r < tile.n_rows; ++r) {
             const uint32_t row = tile.row_begin + r;
-            const float v = dot_row(w.dtype, bytes + uint64_t(r) * w.row_bytes, xn.data(), a.d_model);
+            const float v = dots.dot(w.dtype, bytes + uint64_t(r) * w.row_bytes);
             if (is_gate) gate[row - a.row_begin] = v;
             else act[row] = silu(gate[row - a.row_begin]) * v;
         }

@@ -18,8 +18,9 @@ void RmsLmHeadOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     rms_norm(ctx.f32(a.x_off), ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model, xn.data());
     float* logits = ctx.f32(a.logits_off);
     const DType dtype = ctx.weights[a.weight].dtype;
+    RowDots dots(ctx, xn.data(), a.d_model);
     for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        logits[row] = dot_row(dtype, bytes, xn.data(), a.d_model);
+        logits[row] = dots.dot(dtype, bytes);
     });
     float best = -std::numeric_limits<float>::infinity();
     int32_t best_index = int32_t(a.row_begin);

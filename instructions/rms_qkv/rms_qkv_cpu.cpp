@@ -22,8 +22,9 @@ void RmsQkvOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     rms_norm(ctx.f32(a.x_off), ctx.weights[a.norm], dims.norm_eps, a.d_model, xn.data());
 
     const DType dtype = ctx.weights[a.weight].dtype;
+    RowDots dots(ctx, xn.data(), a.d_model);
     for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        out[row - a.row_begin] = dot_row(dtype, bytes, xn.data(), a.d_model);
+        out[row - a.row_begin] = dots.dot(dtype, bytes);
     });
     if (a.bias != kNoWeight) {
         const float* bias = reinterpret_cast<const float*>(ctx.weights[a.bias].data);

@@ -120,6 +120,9 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     po.ctx_len = o.ctx_len;
     po.check_pages = o.check_pages;
     po.detect_races = o.detect_races;
+    if (o.cpu_dots != "exact" && o.cpu_dots != "q16")
+        fail("--cpu-dots {}: expected exact (fp32 activations) or q16 (16-bit activation blocks)", o.cpu_dots);
+    po.dots = o.cpu_dots == "exact" ? CpuDots::exact : CpuDots::q16;
     return make_cpu_program(model, std::move(schedule), po);
 }
 

@@ -85,6 +85,7 @@ public:
         io.n_threads = options.n_threads ? options.n_threads : std::max(1u, std::thread::hardware_concurrency());
         io.check_pages = options.check_pages;
         io.detect_races = options.detect_races;
+        io.dots = options.dots;
         interpreter_ = std::make_unique<Interpreter>(std::move(schedule), memory, io);
     }
 

@@ -127,6 +127,7 @@ std::unique_ptr<Worker> Interpreter::Impl::make_worker() const {
     ctx.v_cache = memory.v_cache;
     ctx.ctx_len = memory.ctx_len;
     ctx.tiles = options.check_pages ? static_cast<TileReader*>(&w->checked) : &w->direct;
+    ctx.dots = options.dots;
     return w;
 }
 

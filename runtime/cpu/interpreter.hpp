@@ -34,6 +34,7 @@ struct InterpreterOptions {
     uint32_t n_threads = 1;     // worker threads, the caller of run_step included; 0: one per core
     bool check_pages = false;   // stage tiles through per-SM pages and check the page accounting
     bool detect_races = false;  // vector-clock check of every arena / KV access against the counters
+    CpuDots dots = CpuDots::exact;  // the matvec ops' dot mode (OpContext::dots)
 };
 
 class Interpreter {

@@ -47,6 +47,7 @@ std::unique_ptr<Program> program_for(const Model& model, const std::string& back
     o.graph = graph;
     o.ctx_len = 512;
     o.threads = std::max(1u, std::thread::hardware_concurrency());
+    o.cpu_dots = "exact";  // the CPU reference in fp32, as the GPU computes
     return make_program(model, o);
 }
 

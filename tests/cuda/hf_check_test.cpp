@@ -51,6 +51,7 @@ void check_backend(const Model& model, const Expected& e, const std::string& bac
     api::BackendOptions options;
     options.backend = backend;
     options.ctx_len = uint32_t(std::max<size_t>(64, e.tokens.size()));
+    options.cpu_dots = "exact";
     std::unique_ptr<Program> program = make_program(model, options);
     double worst = 0;
     for (size_t pos = 0; pos < e.tokens.size(); ++pos) {

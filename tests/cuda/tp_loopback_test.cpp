@@ -46,6 +46,7 @@ api::BackendOptions options(const std::string& backend, uint32_t tp_loopback) {
     o.tp_loopback = tp_loopback;
     o.ctx_len = 256;
     o.threads = std::max(1u, std::thread::hardware_concurrency());
+    o.cpu_dots = "exact";  // the CPU reference in fp32, as the GPU computes
     return o;
 }
 

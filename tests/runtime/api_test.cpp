@@ -77,11 +77,14 @@ TEST_CASE("API: a seed gives the same text, another seed another text", "[cpu][m
 
 TEST_CASE("API: three tensor-parallel ranks sample the seeded text of one", "[cpu][model][tp]") {
     Model model = Model::load(mk::test::default_model_path().string());
-    BackendOptions tp3;
+    // Exact dots: q16 quantizes each rank's activations after their partial sums were added in another
+    // order, so its ranks agree with TP 1 only within q16's own error (tp_test), too loosely for a draw.
+    BackendOptions one_rank, tp3;
+    one_rank.cpu_dots = tp3.cpu_dots = "exact";
     tp3.tp = 3;
     CHECK(model.compile(tp3).info().tp == 3);
     // Sampling reads every rank's logits slice, so this also checks the LM-head exchange.
-    const std::string one = model.new_session().generate("Once upon a time", seeded(24, 11)).text;
+    const std::string one = model.new_session(one_rank).generate("Once upon a time", seeded(24, 11)).text;
     const std::string three = model.new_session(tp3).generate("Once upon a time", seeded(24, 11)).text;
     CHECK(!one.empty());
     CHECK(three == one);

@@ -69,13 +69,17 @@ std::vector<int32_t> greedy_inputs(const Model& model, const Target& target, std
 }
 
 void check_tp_matches_tp1(const Model& model, const Target& target, const std::vector<int32_t>& inputs,
-                          std::initializer_list<uint32_t> tps) {
-    const Run one = run(model, tp_schedule(model, target, 1), inputs);
+                          std::initializer_list<uint32_t> tps, CpuDots dots = CpuDots::exact) {
+    ProgramOptions o;
+    o.dots = dots;
+    const Run one = run(model, tp_schedule(model, target, 1), inputs, o);
     for (uint32_t tp : tps) {
-        const Run many = run(model, tp_schedule(model, target, tp), inputs);
+        const Run many = run(model, tp_schedule(model, target, tp), inputs, o);
         for (size_t p = 0; p < inputs.size(); ++p) {
             INFO("tp " << tp << ", step " << p);
-            CHECK(test::rel_l2(many.logits[p], one.logits[p]) < 1e-4);
+            // q16 re-quantizes activations whose partial sums were added in another order: TP agrees with
+            // TP 1 within q16's own error (the 1e-3 its oracle test allows), exact dots within 1e-4.
+            CHECK(test::rel_l2(many.logits[p], one.logits[p]) < (dots == CpuDots::q16 ? 1e-3 : 1e-4));
             CHECK(many.sampled[p] == one.sampled[p]);
         }
     }
@@ -97,6 +101,7 @@ TEST_CASE("TP=3 on SmolLM2-135M gives TP=1's greedy tokens and logits", "[cpu][m
     const auto prompt = model.tokenizer.encode("The capital of France is");
     const auto inputs = greedy_inputs(model, target_cpu(), prompt, 12);
     check_tp_matches_tp1(model, target_cpu(), inputs, {3});
+    check_tp_matches_tp1(model, target_cpu(), inputs, {3}, CpuDots::q16);  // the CLI's default dots
     CHECK_THROWS_WITH(tp_weight_formats(weight_formats(model), model_dims(model.config), 2),
                       "--tp 2: the model's 3 KV heads do not split 2 ways (the TP size must divide the KV heads)");
 }

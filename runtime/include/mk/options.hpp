@@ -19,6 +19,7 @@ struct BackendOptions {
     uint32_t ctx_len = 0;                 // KV-cache positions; 0 min(model context, 4096)
     bool check_pages = false;             // CPU: stage weights through per-SM pages, check the accounting
     bool detect_races = false;            // CPU: vector-clock race detector (slow)
+    std::string cpu_dots = "q16";         // CPU: q16 (activations as 16-bit blocks: ~1.8x faster) | exact (fp32)
     bool stepwise = false;                // cuda: one launch per step instead of the resident kernel
     bool graph = false;                   // cuda-kernels: replay each step as a captured CUDA graph
     uint32_t watchdog_ms = 2000;          // cuda: a wait longer than this aborts the kernel with a fault report

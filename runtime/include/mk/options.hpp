@@ -29,7 +29,8 @@ struct BackendOptions {
 };
 
 // The sampling rule: repetition penalty, temperature, top-k, softmax, min-p, top-p, then an
-// inverse-CDF draw keyed by (seed, position), so a seed gives the same text on every backend.
+// inverse-CDF draw keyed by (seed, position), so a seed gives the same text on every backend whose logits
+// agree (cpu_dots = "exact" on the CPU; q16 moves them by up to ~1e-3, which can change a close draw).
 struct SamplingOptions {
     float temperature = 0.0f;     // 0 greedy
     int32_t top_k = 0;            // 0 off

@@ -45,6 +45,14 @@ struct RankMemory {
     uint64_t* counters;
 };
 
+// A rank's base as RankMemory (and the CPU's OpContext::rank_arenas) hold it: `own`, its allocation, less
+// `region_start` bytes (where its region begins in the combined layout). Integer arithmetic: the biased
+// address is never dereferenced below `own`.
+template <typename T>
+inline T* rank_biased(T* own, uint64_t region_start) {
+    return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(own) - uintptr_t(region_start));
+}
+
 struct DeviceOpContext {
     ModelDims dims;
     const float* rope_inv_freq;    // (head_dim / 2) fp32

@@ -1,9 +1,11 @@
 // bind_weights and the RoPE table.
 #include "runtime/model_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "instructions/registry.hpp"
 #include "models/error.hpp"
 #include "models/quant.hpp"
 #include "scheduler/compile.hpp"
@@ -20,6 +22,17 @@ std::vector<float> rope_inv_freq(const ModelConfig& config) {
         out[size_t(i)] = float(freq);
     }
     return out;
+}
+
+std::vector<bool> weights_read_by(const Schedule& schedule, uint32_t first_stream, uint32_t n_streams) {
+    std::vector<bool> used(schedule.weights.size(), false);
+    const size_t end = std::min<size_t>(uint64_t(first_stream) + n_streams, schedule.streams.size());
+    for (size_t sm = first_stream; sm < end; ++sm)
+        for (const Instruction& ins : schedule.streams[sm])
+            if (is_valid_opcode(ins.opcode))
+                for (uint32_t id : op_info(ins.opcode).weights(ins))
+                    if (id < used.size()) used[id] = true;
+    return used;
 }
 
 namespace {

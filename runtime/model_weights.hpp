@@ -25,6 +25,11 @@ struct ModelWeights {
 // the others' weights (one tensor-parallel rank per GPU would otherwise copy every rank's column slices).
 ModelWeights bind_weights(const Model& model, const Schedule& schedule, const std::vector<bool>* bind_only = nullptr);
 
+// By weight id: whether an instruction of streams [first_stream, first_stream + n_streams) names it
+// (OpInfo::weights; invalid opcodes and ids are skipped, prepare_schedule reports them): the bind_only of
+// a device that runs only those streams.
+std::vector<bool> weights_read_by(const Schedule& schedule, uint32_t first_stream, uint32_t n_streams);
+
 // Angular frequency of each rotary pair: base^(-2i/head_dim) / factor_i.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "instructions/device.cuh"
 #include "models/error.hpp"
 #include "runtime/cpu/interpreter.hpp"
 #include "runtime/model_weights.hpp"
@@ -66,7 +67,7 @@ public:
             rank_arenas_.resize(schedule.tp_size);
             for (uint32_t r = 0; r < schedule.tp_size; ++r) {
                 rank_arenas_[r].assign(region / 4 + 1, 0.0f);
-                rank_bases_.push_back(rank_arena_base(reinterpret_cast<uint8_t*>(rank_arenas_[r].data()), r, region));
+                rank_bases_.push_back(rank_biased(reinterpret_cast<uint8_t*>(rank_arenas_[r].data()), r * region));
             }
             k_cache_.assign(cache_floats, 0.0f);
             v_cache_.assign(cache_floats, 0.0f);

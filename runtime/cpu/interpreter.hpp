@@ -19,16 +19,10 @@ struct ProgramMemory {
     uint32_t ctx_len = 0;
     const float* rope_inv_freq = nullptr;  // (head_dim / 2) fp32
     // Tensor parallel, optional: tp_size arenas of rank_arena_bytes, each biased by its rank's region start
-    // (rank_arena_base) so the schedule's offsets index it, as separate GPUs would hold them; null: every
+    // (rank_biased, instructions/device.cuh) so the schedule's offsets index it, as separate GPUs would hold them; null: every
     // rank's region is in `arena`.
     uint8_t* const* rank_arenas = nullptr;
 };
-
-// What ProgramMemory::rank_arenas holds for a rank whose own buffer is `own`: the address its region's
-// global offsets start from. Integer arithmetic: the biased address is never dereferenced below `own`.
-inline uint8_t* rank_arena_base(uint8_t* own, uint32_t rank, uint64_t rank_arena_bytes) {
-    return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(own) - uintptr_t(rank) * rank_arena_bytes);
-}
 
 struct InterpreterOptions {
     uint32_t n_threads = 1;     // worker threads, the caller of run_step included; 0: one per core

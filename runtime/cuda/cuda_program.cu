@@ -399,9 +399,13 @@ private:
     // Reports the first GPU's fault record that a watchdog (not the host's abort) wrote, else the first.
     void check_fault() {
         const Gpu* faulted = nullptr;
+        uint32_t faulted_flag = 0;
         for (const auto& gpu : gpus_) {
             const uint32_t flag = device_written(gpu->mailbox->host_->fault.flag);
-            if (flag != 0 && (!faulted || (flag == 1 && faulted->mailbox->host_->fault.flag != 1))) faulted = gpu.get();
+            if (flag != 0 && (!faulted || (flag == 1 && faulted_flag != 1))) {
+                faulted = gpu.get();
+                faulted_flag = flag;
+            }
         }
         if (!faulted) return;
         const FaultRecord f = faulted->mailbox->host_->fault;

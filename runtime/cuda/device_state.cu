@@ -108,12 +108,6 @@ DeviceBuffer upload_vector(const std::vector<T>& v, const char* what) {
     return buffer;
 }
 
-// `bytes` before `own`: a rank's base biased by the start of its region (RankMemory).
-template <typename T>
-T* biased(T* own, uint64_t bytes) {
-    return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(own) - uintptr_t(bytes));
-}
-
 }  // namespace
 
 uint64_t exchange_arena_bytes(const Schedule& schedule) {
@@ -127,7 +121,7 @@ void DeviceState::set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* count
     if (rank >= rank_memory.size() || rank == placement.rank || placement.layout != RankLayout::one_rank)
         fail("CUDA: set_peer({}) on a device state of rank {}", rank, placement.rank);
     const RankMemory& own = rank_memory[placement.rank];
-    rank_memory[rank] = {biased(arena_region, rank * schedule.rank_arena_bytes), own.k_cache, own.v_cache, counters};
+    rank_memory[rank] = {rank_biased(arena_region, rank * schedule.rank_arena_bytes), own.k_cache, own.v_cache, counters};
     rank_table.upload(rank_memory.data(), rank_memory.size() * sizeof(RankMemory), "rank table");
 }
 
@@ -163,13 +157,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     const uint32_t n_sms = s.schedule.target.n_sms;
     const uint32_t first_stream = one_rank ? placement.rank * n_sms : 0;
     const uint32_t n_streams = one_rank ? n_sms : uint32_t(s.schedule.streams.size());
-    std::vector<bool> used(s.schedule.weights.size(), !one_rank);
-    const uint32_t end_stream = uint32_t(std::min<size_t>(first_stream + n_streams, s.schedule.streams.size()));
-    for (uint32_t sm = first_stream; one_rank && sm < end_stream; ++sm)
-        for (const Instruction& ins : s.schedule.streams[sm])
-            if (is_valid_opcode(ins.opcode))
-                for (uint32_t id : op_info(ins.opcode).weights(ins))
-                    if (id < used.size()) used[id] = true;
+    const std::vector<bool> used = one_rank ? weights_read_by(s.schedule, first_stream, n_streams) : std::vector<bool>{};
     ModelWeights bound = bind_weights(model, s.schedule, one_rank ? &used : nullptr);
     for (size_t id = 0; id < bound.refs.size(); ++id) {
         const WeightRef& w = bound.refs[id];
@@ -240,8 +228,8 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
         }
         b.k_cache = DeviceBuffer(cache_bytes, "K cache");
         b.v_cache = DeviceBuffer(cache_bytes, "V cache");
-        s.rank_memory.push_back({biased(arena, r * arena_bytes), biased(b.k_cache.as<float>(), r * cache_bytes),
-                                 biased(b.v_cache.as<float>(), r * cache_bytes), counters});
+        s.rank_memory.push_back({rank_biased(arena, r * arena_bytes), rank_biased(b.k_cache.as<float>(), r * cache_bytes),
+                                 rank_biased(b.v_cache.as<float>(), r * cache_bytes), counters});
     }
     // Shared: every rank's bases are the same. One rank: its peers' entries come from set_peer.
     while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);

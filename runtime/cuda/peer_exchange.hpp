@@ -28,7 +28,6 @@ public:
 
     // Rank `owner`'s region as rank `viewer`'s device addresses it (viewer == owner: its own memory).
     const ExchangeRegion& region(uint32_t viewer, uint32_t owner) const { return view_[viewer][owner]; }
-    uint64_t counter_bytes() const { return counter_bytes_; }
     // Which path runs, for the user: "NCCL 2.28.9 symmetric windows" or "CUDA peer access (...)".
     const std::string& path() const { return path_; }
 

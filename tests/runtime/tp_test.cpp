@@ -121,10 +121,7 @@ TEST_CASE("one rank's weights bind as the whole schedule's, the others' as place
     Model model = synthetic(fmt::format(fmt::runtime(std::string("synthetic:") + kSplitShape + ":seed=25"), "q8_0"),
                             "tp_bind_only.gguf");
     const Schedule s = tp_schedule(model, target_custom(3, 232448), 2);
-    std::vector<bool> rank1(s.weights.size(), false);
-    for (uint32_t sm = s.target.n_sms; sm < s.streams.size(); ++sm)
-        for (const Instruction& ins : s.streams[sm])
-            for (uint32_t id : op_info(ins.opcode).weights(ins)) rank1[id] = true;
+    const std::vector<bool> rank1 = weights_read_by(s, s.target.n_sms, s.target.n_sms);
     const ModelWeights all = bind_weights(model, s), some = bind_weights(model, s, &rank1);
     REQUIRE(some.refs.size() == all.refs.size());
     CHECK(some.padded.size() < all.padded.size());  // rank 0's column slices are not copied

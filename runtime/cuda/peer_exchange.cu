@@ -20,8 +20,6 @@ namespace mk {
 
 namespace {
 
-uint64_t counter_offset(uint64_t arena_bytes) { return (arena_bytes + 255) / 256 * 256; }
-
 #if MK_HAVE_NCCL_HEADERS
 // Where every rank's window starts, as this rank's device addresses it.
 __global__ void peer_pointers_kernel(ncclWindow_t window, uint32_t n_ranks, void** out) {
@@ -40,7 +38,8 @@ std::unique_ptr<PeerExchange> PeerExchange::open(const std::vector<int>& devices
                                                  uint64_t counter_bytes) {
     std::unique_ptr<PeerExchange> x(new PeerExchange());
     x->devices_ = devices;
-    x->counter_bytes_ = counter_bytes;
+    x->counter_offset_ = (arena_bytes + 255) / 256 * 256;
+    x->buffer_bytes_ = x->counter_offset_ + counter_bytes;
     const uint32_t n = uint32_t(devices.size());
     // Both paths signal peers with system-scope atomics on their memory: NVLink has them, most PCIe paths not.
     for (uint32_t a = 0; a < n; ++a)
@@ -55,9 +54,9 @@ std::unique_ptr<PeerExchange> PeerExchange::open(const std::vector<int>& devices
                      "atomics (NVLink)", n, devices[a], access ? "use atomics on" : "reach", devices[b]);
         }
     std::string why_not;
-    if (!x->open_nccl(arena_bytes, why_not)) {
+    if (!x->open_nccl(why_not)) {
         x->close_nccl();
-        x->open_peer_access(arena_bytes);
+        x->open_peer_access();
         x->path_ = fmt::format("CUDA peer access (NCCL not used: {})", why_not);
     }
     return x;
@@ -75,7 +74,12 @@ PeerExchange::~PeerExchange() {
         }
 }
 
-bool PeerExchange::open_nccl(uint64_t arena_bytes, std::string& why_not) {
+ExchangeRegion PeerExchange::region_at(void* base) const {
+    uint8_t* bytes = static_cast<uint8_t*>(base);
+    return {bytes, reinterpret_cast<uint64_t*>(bytes + counter_offset_)};
+}
+
+bool PeerExchange::open_nccl(std::string& why_not) {
 #if MK_HAVE_NCCL_HEADERS
     const cuda::NcclStatus status = cuda::probe_nccl();
     if (!status.usable) {
@@ -88,7 +92,7 @@ bool PeerExchange::open_nccl(uint64_t arena_bytes, std::string& why_not) {
         return r == ncclSuccess;
     };
     const uint32_t n = uint32_t(devices_.size());
-    const uint64_t bytes = counter_offset(arena_bytes) + counter_bytes_;
+    const uint64_t bytes = buffer_bytes_;
     nccl_ = true;  // from here on close_nccl() releases what exists
     std::vector<ncclComm_t> comms(n);
     if (!ok(nccl_function<decltype(ncclCommInitAll)>("ncclCommInitAll")(comms.data(), int(n), devices_.data()),
@@ -118,15 +122,11 @@ bool PeerExchange::open_nccl(uint64_t arena_bytes, std::string& why_not) {
         check_cuda(cudaGetLastError(), "the peer-pointer kernel");
         std::vector<void*> bases(n);
         check_cuda(cudaMemcpy(bases.data(), out.as<void>(), sizeof(void*) * n, cudaMemcpyDeviceToHost), "peer pointers");
-        for (uint32_t o = 0; o < n; ++o) {
-            uint8_t* base = static_cast<uint8_t*>(bases[o]);
-            view_[v][o] = {base, reinterpret_cast<uint64_t*>(base + counter_offset(arena_bytes))};
-        }
+        for (uint32_t o = 0; o < n; ++o) view_[v][o] = region_at(bases[o]);
     }
     path_ = fmt::format("NCCL {} symmetric windows ({})", cuda::nccl_version_string(status.version), status.library);
     return true;
 #else
-    (void)arena_bytes;
     why_not = "this mk was built without NCCL headers";
     return false;
 #endif
@@ -154,7 +154,7 @@ void PeerExchange::close_nccl() {
     nccl_ = false;
 }
 
-void PeerExchange::open_peer_access(uint64_t arena_bytes) {
+void PeerExchange::open_peer_access() {
     const uint32_t n = uint32_t(devices_.size());
     for (uint32_t a = 0; a < n; ++a) {
         check_cuda(cudaSetDevice(devices_[a]), "cudaSetDevice");
@@ -165,15 +165,14 @@ void PeerExchange::open_peer_access(uint64_t arena_bytes) {
             else check_cuda(e, "cudaDeviceEnablePeerAccess");
         }
     }
-    const uint64_t bytes = counter_offset(arena_bytes) + counter_bytes_;
+    const uint64_t bytes = buffer_bytes_;
     buffers_.assign(n, nullptr);
     std::vector<ExchangeRegion> own(n);
     for (uint32_t r = 0; r < n; ++r) {
         check_cuda(cudaSetDevice(devices_[r]), "cudaSetDevice");
         check_cuda(cudaMalloc(&buffers_[r], bytes), "the exchange region");
         check_cuda(cudaMemset(buffers_[r], 0, bytes), "zeroing the exchange region");
-        uint8_t* base = static_cast<uint8_t*>(buffers_[r]);
-        own[r] = {base, reinterpret_cast<uint64_t*>(base + counter_offset(arena_bytes))};
+        own[r] = region_at(buffers_[r]);
     }
     view_.assign(n, own);  // unified addressing: the owner's pointer is valid on every peer
 }

@@ -33,12 +33,14 @@ public:
 
 private:
     PeerExchange() = default;
-    bool open_nccl(uint64_t arena_bytes, std::string& why_not);
-    void open_peer_access(uint64_t arena_bytes);
+    bool open_nccl(std::string& why_not);
+    void open_peer_access();
     void close_nccl();
+    // The arena region and counters of the buffer at `base` (as some device addresses it).
+    ExchangeRegion region_at(void* base) const;
 
     std::vector<int> devices_;
-    uint64_t counter_bytes_ = 0;
+    uint64_t counter_offset_ = 0, buffer_bytes_ = 0;  // per rank: arena region (256-byte aligned), then counters
     std::vector<std::vector<ExchangeRegion>> view_;  // [viewer][owner]
     std::vector<void*> buffers_;                     // by rank, on its device
     bool nccl_ = false;

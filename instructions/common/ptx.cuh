@@ -1,0 +1,93 @@
+// The device's inline-PTX primitives, each behind one named function: under nvcc the instruction
+// itself, under the CUDA emulator (MK_CUDA_EMU, runtime/emu) its checked twin. Device code uses these,
+// never asm of its own. MK_WHERE lets the emulator's reports name the caller's source line.
+#pragma once
+#include <cstdint>
+
+#if defined(MK_CUDA_EMU)
+#include <mk_emu/device.hpp>
+#define MK_WHERE , ::mk_emu::Where where = ::mk_emu::Where::current()
+#define MK_WHERE_ONLY ::mk_emu::Where where = ::mk_emu::Where::current()
+#define MK_WHERE_ARG , where
+// A kernel's dynamic shared memory, `extern __shared__` on the device.
+#define MK_DYNAMIC_SHARED(T, name, align) T* name = static_cast<T*>(::mk_emu::dynamic_shared())
+#else
+#define MK_WHERE
+#define MK_WHERE_ONLY
+#define MK_WHERE_ARG
+#define MK_DYNAMIC_SHARED(T, name, align) extern __shared__ __align__(align) T name[]
+#endif
+
+namespace mk::ptx {
+
+#if defined(MK_CUDA_EMU)
+
+__device__ inline uint32_t smem_address(const void* p) { return ::mk_emu::shared_address(p); }
+__device__ inline void bar_sync(uint32_t id, uint32_t count MK_WHERE) { ::mk_emu::bar_sync(id, count, where); }
+__device__ inline uint64_t global_timer_ns() { return ::mk_emu::global_timer_ns(); }
+__device__ inline void fence_proxy_async_global(MK_WHERE_ONLY) { ::mk_emu::fence_proxy_async(where); }
+__device__ inline void fence_mbarrier_init(MK_WHERE_ONLY) { ::mk_emu::fence(where); }
+__device__ inline void mbarrier_init(uint64_t* bar, uint32_t count MK_WHERE) { ::mk_emu::mbarrier_init(bar, count, where); }
+__device__ inline void mbarrier_arrive(uint64_t* bar MK_WHERE) { ::mk_emu::mbarrier_arrive(bar, 0, where); }
+__device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes MK_WHERE) {
+    ::mk_emu::mbarrier_arrive(bar, bytes, where);
+}
+__device__ inline bool mbarrier_try_wait(uint64_t* bar, uint32_t parity MK_WHERE) {
+    return ::mk_emu::mbarrier_try_wait_parity(bar, parity, where);
+}
+__device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar MK_WHERE) {
+    ::mk_emu::bulk_copy_global_to_shared(dst, src, bytes, bar, where);
+}
+__device__ inline void prefetch_l2(const void* src, uint32_t bytes MK_WHERE) { ::mk_emu::prefetch_l2(src, bytes, where); }
+
+#else
+
+__device__ inline uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ inline void bar_sync(uint32_t id, uint32_t count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ inline uint64_t global_timer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Generic-proxy writes seen through an acquire become visible to later async-proxy (bulk) reads.
+__device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+__device__ inline void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ inline void mbarrier_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+__device__ inline void mbarrier_arrive(uint64_t* bar) {
+    asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared::cta.b64 state, [%0];\n\t}" ::"r"(smem_address(bar))
+                 : "memory");
+}
+__device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n\t}" ::"r"(
+                     smem_address(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+// True once the phase with this parity has completed.
+__device__ inline bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+// A 1-D bulk copy global -> shared that completes `bar`'s transaction count (sm_90 TMA).
+__device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_address(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_address(bar))
+                 : "memory");
+}
+__device__ inline void prefetch_l2(const void* src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+#endif
+
+}  // namespace mk::ptx

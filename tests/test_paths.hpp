@@ -1,4 +1,5 @@
-// Where tests find their data: the real shared vocabularies, the default model and per-run outputs.
+// Where tests find their data: the source tree, the default model and per-run outputs (real vocabularies
+// and templates: test_data.hpp).
 #pragma once
 #include <filesystem>
 
@@ -6,7 +7,6 @@
 
 namespace mk::test {
 
-inline std::filesystem::path shared_data_dir() { return MK_SHARED_DATA_DIR; }
 inline std::filesystem::path source_dir() { return MK_SOURCE_DIR; }
 // Per-run outputs (synthetic models, oracle results); created by the testdata fixture.
 inline std::filesystem::path output_dir() { return MK_TEST_OUTPUT_DIR; }

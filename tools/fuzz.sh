@@ -9,8 +9,12 @@ seconds=${1:-60}
 shift || true
 build=${MK_FUZZ_BUILD:-$root/build/fuzz}
 cache=${MK_CACHE:-$HOME/.cache/mk}
-shared=${MK_SHARED_DATA:-$root/../shared/data}
+data=${MK_TEST_DATA:-$cache/test-data/llama-cpp-python-0.3.36}  # tools/setup.sh --test
 jobs=${MK_JOBS:-2}
+if [ ! -f "$data/ggml-vocab-starcoder.gguf" ]; then
+  echo "fuzz: error: $data: the real test data is missing; run ./tools/setup.sh --test" >&2
+  exit 2
+fi
 all_targets=(fuzz_gguf fuzz_safetensors fuzz_hf_config fuzz_schedule fuzz_tokenizer fuzz_chat_template)
 targets=("${@:-${all_targets[@]}}")
 
@@ -23,7 +27,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 echo "== fuzz: build ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DMK_FUZZ=ON -DMK_CUDA=OFF -DMK_BUILD_TESTS=OFF -DMK_BUILD_BENCH=OFF \
-  -DMK_SHARED_DATA="$shared" "${launcher[@]}" >/dev/null
+  -DMK_TEST_DATA="$data" "${launcher[@]}" >/dev/null
 # The seeds need an mk that can write synthetic models and schedules: MK_EXE, or this folder's own.
 mk=${MK_EXE:-$build/tools/mk}
 cmake --build "$build" -j "$jobs" --target "${all_targets[@]}" $([ -n "${MK_EXE:-}" ] || echo mk)
@@ -47,7 +51,7 @@ mkdir -p "$tmp"
 "$mk" schedule -m synthetic:tiny-llama:f32 --sms 2 --smem 232448 --policy round-robin \
   -o "$seeds/fuzz_schedule/tiny-llama-2sm-rr.mks" >/dev/null
 for f in "$tmp"/*.gguf; do head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f")"; done
-for f in "$shared"/tokenizers/*.gguf "$cache/SmolLM2-135M-Instruct.Q4_1.gguf"; do
+for f in "$data"/ggml-vocab-*.gguf "$cache/SmolLM2-135M-Instruct.Q4_1.gguf"; do
   [ -f "$f" ] && head -c 65536 "$f" >"$seeds/fuzz_gguf/$(basename "$f").head"
 done
 for d in "$tmp"/*-st; do
@@ -55,12 +59,12 @@ for d in "$tmp"/*-st; do
   head -c 65536 "$d/model.safetensors" >"$seeds/fuzz_safetensors/$n.safetensors"
   cp "$d/config.json" "$seeds/fuzz_hf_config/$n-config.json"
 done
-# Tokenizer inputs: byte 0 picks parse_special, then the shared vocabularies' test strings, one a seed.
-python3 - "$shared" "$seeds/fuzz_tokenizer" <<'EOF'
+# Tokenizer inputs: byte 0 picks parse_special, then the real vocabularies' test strings, one a seed.
+python3 - "$data" "$seeds/fuzz_tokenizer" <<'EOF'
 import pathlib, sys
-shared, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 n = 0
-for inp in sorted((shared / "tokenizers").glob("*.inp")):
+for inp in sorted(data.glob("ggml-vocab-*.inp")):
     for text in inp.read_bytes().split(b"\n__ggml_vocab_test__\n"):
         for special in (b"\0", b"\1"):
             (out / f"s{n:04d}").write_bytes(special + text)
@@ -68,7 +72,7 @@ for inp in sorted((shared / "tokenizers").glob("*.inp")):
 (out / "special").write_bytes(b"\1<|endoftext|>Hello<fim_prefix> world<|im_start|>")
 EOF
 # Chat inputs: a real template, then NUL-separated message contents.
-for f in "$shared"/chat-templates/*.jinja; do
+for f in "$data"/templates/*.jinja; do
   { cat "$f"; printf '\0You are terse.\0Hello <think>plan</think> there\0Hi!\0Bye {{ x }}'; } \
     >"$seeds/fuzz_chat_template/$(basename "$f")"
 done

@@ -1,5 +1,5 @@
 // Fuzz target: encode and decode of arbitrary bytes with a real vocabulary (StarCoder byte-level BPE,
-// loaded once from MK_SHARED_DATA). Input byte 0 picks parse_special; the rest is text, and also ids.
+// loaded once from the test data of tools/setup.sh --test). Input byte 0 picks parse_special; the rest is text, and also ids.
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -8,12 +8,13 @@
 #include "models/error.hpp"
 #include "models/gguf.hpp"
 #include "models/tokenizer.hpp"
+#include "tests/test_data.hpp"
 
 namespace {
 
 const mk::Tokenizer& tokenizer() {
     static const mk::Tokenizer t =
-        mk::Tokenizer::from_gguf(mk::GgufFile::open(MK_SHARED_DATA_DIR "/tokenizers/ggml-vocab-starcoder.gguf"));
+        mk::Tokenizer::from_gguf(mk::GgufFile::open(mk::test::real_data_dir() / "ggml-vocab-starcoder.gguf"));
     return t;
 }
 

@@ -9,7 +9,9 @@
 
 #include "models/chat_template.hpp"
 #include "models/gguf.hpp"
+#include "tests/test_data.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 using Catch::Matchers::Contains;
 using mk::ChatFamily;
@@ -18,8 +20,13 @@ using Messages = std::vector<ChatMessage>;
 
 namespace {
 
+std::filesystem::path template_path(const std::string& file) { return mk::test::real_data_dir() / "templates" / file; }
+
+// Ends the test case as skipped when a real template (tools/setup.sh --test) is absent.
+#define SKIP_WITHOUT_TEMPLATE(file) MK_SKIP_IF_MISSING(template_path(file), mk::test::kFetchRealData)
+
 mk::ChatTemplate real_template(const std::string& file) {
-    std::ifstream in(mk::test::shared_data_dir() / "chat-templates" / file, std::ios::binary);
+    std::ifstream in(template_path(file), std::ios::binary);
     REQUIRE(in);
     std::stringstream s;
     s << in.rdbuf();
@@ -34,6 +41,8 @@ const Messages kThinkLast{{"user", "Q1"}, {"assistant", "<think>\nwhy\n</think>\
 }  // namespace
 
 TEST_CASE("chat families are detected from real templates", "[cpu][chat]") {
+    for (const char* file : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja"})
+        SKIP_WITHOUT_TEMPLATE(file);
     CHECK(real_template("meta-llama-Llama-3.1-8B-Instruct.jinja").family() == ChatFamily::llama3);
     CHECK(real_template("Qwen-Qwen2.5-7B-Instruct.jinja").family() == ChatFamily::chatml);
     CHECK(real_template("Qwen-Qwen3-0.6B.jinja").family() == ChatFamily::chatml);
@@ -47,6 +56,7 @@ TEST_CASE("chat families are detected from real templates", "[cpu][chat]") {
 }
 
 TEST_CASE("Llama 3.1 prompts match its Jinja template", "[cpu][chat]") {
+    SKIP_WITHOUT_TEMPLATE("meta-llama-Llama-3.1-8B-Instruct.jinja");
     mk::ChatTemplate t = real_template("meta-llama-Llama-3.1-8B-Instruct.jinja");
     CHECK(t.render(kSingle) ==
           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday "
@@ -68,6 +78,7 @@ TEST_CASE("Llama 3.1 prompts match its Jinja template", "[cpu][chat]") {
 }
 
 TEST_CASE("Qwen2.5 prompts match its Jinja template", "[cpu][chat]") {
+    SKIP_WITHOUT_TEMPLATE("Qwen-Qwen2.5-7B-Instruct.jinja");
     mk::ChatTemplate t = real_template("Qwen-Qwen2.5-7B-Instruct.jinja");
     CHECK(t.render(kSingle) ==
           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_"
@@ -82,6 +93,7 @@ TEST_CASE("Qwen2.5 prompts match its Jinja template", "[cpu][chat]") {
 }
 
 TEST_CASE("Qwen3 prompts match its Jinja template", "[cpu][chat]") {
+    SKIP_WITHOUT_TEMPLATE("Qwen-Qwen3-0.6B.jinja");
     mk::ChatTemplate t = real_template("Qwen-Qwen3-0.6B.jinja");
     CHECK(t.render(kSingle) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     CHECK(t.render(kMulti) ==
@@ -97,6 +109,7 @@ TEST_CASE("Qwen3 prompts match its Jinja template", "[cpu][chat]") {
 }
 
 TEST_CASE("SmolLM2's own template is ChatML with its default system prompt", "[model][chat]") {
+    MK_SKIP_IF_MISSING(mk::test::default_model_path(), "./tools/setup.sh");
     mk::GgufFile file = mk::GgufFile::open(mk::test::default_model_path());
     std::string text = file.get("tokenizer.chat_template").as_string();
     CHECK(mk::detect_chat_family(text) == ChatFamily::chatml);

@@ -10,7 +10,9 @@
 #include "models/gguf_writer.hpp"
 #include "models/pretokenizer.hpp"
 #include "models/tokenizer.hpp"
+#include "tests/test_data.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -24,12 +26,17 @@ fs::path fresh_dir(const std::string& name) {
     return dir;
 }
 
+fs::path vocab_path(const std::string& name) { return mk::test::real_data_dir() / name; }
+
+// Ends the test case as skipped when a real vocabulary (tools/setup.sh --test) is absent.
+#define SKIP_WITHOUT_VOCAB(name) MK_SKIP_IF_MISSING(vocab_path(name), mk::test::kFetchRealData)
+
 mk::Tokenizer load_vocab(const std::string& name) {
-    return mk::Tokenizer::from_gguf(mk::GgufFile::open(mk::test::shared_data_dir() / "tokenizers" / name));
+    return mk::Tokenizer::from_gguf(mk::GgufFile::open(vocab_path(name)));
 }
 
 std::vector<std::string> vocab_inputs(const std::string& name) {
-    std::ifstream in(mk::test::shared_data_dir() / "tokenizers" / (name + ".inp"), std::ios::binary);
+    std::ifstream in(vocab_path(name + ".inp"), std::ios::binary);
     std::stringstream s;
     s << in.rdbuf();
     std::string all = s.str(), sep = "\n__ggml_vocab_test__\n";
@@ -61,6 +68,7 @@ std::vector<uint8_t> tiny_gguf(const std::vector<std::string>& merges, const std
 }  // namespace
 
 TEST_CASE("byte-level tokenizer.json round-trips a real vocabulary", "[cpu][tokenizer]") {
+    SKIP_WITHOUT_VOCAB("ggml-vocab-starcoder.gguf");
     mk::Tokenizer original = load_vocab("ggml-vocab-starcoder.gguf");
     fs::path dir = fresh_dir("starcoder");
     mk::write_hf_tokenizer_json(original.data(), dir / "tokenizer.json");
@@ -85,6 +93,7 @@ TEST_CASE("byte-level tokenizer.json round-trips a real vocabulary", "[cpu][toke
 }
 
 TEST_CASE("SentencePiece tokenizer.json round-trips through derived merges", "[cpu][tokenizer]") {
+    SKIP_WITHOUT_VOCAB("ggml-vocab-llama-spm.gguf");
     mk::Tokenizer original = load_vocab("ggml-vocab-llama-spm.gguf");
     fs::path dir = fresh_dir("llama-spm");
     mk::write_hf_tokenizer_json(original.data(), dir / "tokenizer.json");

@@ -1,5 +1,5 @@
-// Tokenizer tests against real data: llama.cpp's published vocabularies and HF-made id vectors, the
-// SmolLM2 model's own vocabulary, and the HF `tokenizers` oracle written during the test run.
+// Tokenizer tests against real data: llama.cpp's published vocabularies and HF-made id vectors (fetched by
+// tools/setup.sh --test), the SmolLM2 model's own vocabulary, and the HF `tokenizers` oracle of the test run.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -10,7 +10,9 @@
 #include "models/gguf.hpp"
 #include "models/pretokenizer.hpp"
 #include "models/tokenizer.hpp"
+#include "tests/test_data.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -50,12 +52,18 @@ std::vector<VocabCase> read_vocab_cases(const fs::path& vocab) {
 
 mk::Tokenizer load_gguf(const fs::path& path) { return mk::Tokenizer::from_gguf(mk::GgufFile::open(path)); }
 
+fs::path vocab_path(const std::string& name) { return mk::test::real_data_dir() / ("ggml-vocab-" + name + ".gguf"); }
+
 // The published vectors carry no BOS; llama-spm's file asks for one, so compare a BOS-less copy.
 mk::Tokenizer without_bos(const mk::Tokenizer& tok) {
     mk::TokenizerData data = tok.data();
     data.add_bos = false;
     return mk::Tokenizer(std::move(data));
 }
+
+// Ends the test case as skipped when a real vocabulary (tools/setup.sh --test) or the model is absent.
+#define SKIP_WITHOUT_VOCAB(name) MK_SKIP_IF_MISSING(vocab_path(name), mk::test::kFetchRealData)
+#define SKIP_WITHOUT_MODEL() MK_SKIP_IF_MISSING(mk::test::default_model_path(), "./tools/setup.sh")
 
 const mk::Tokenizer& smollm2() {
     static const mk::Tokenizer tok = load_gguf(mk::test::default_model_path());
@@ -64,10 +72,12 @@ const mk::Tokenizer& smollm2() {
 
 }  // namespace
 
+// Every vocabulary of the set that ships reference ids and whose tokenizer mk supports: byte-level BPE with
+// the gpt-2, smollm (starcoder, refact), llama-bpe (Llama 3) and qwen2 splits, and SentencePiece BPE.
 TEST_CASE("real vocabularies reproduce their reference token ids exactly", "[cpu][tokenizer]") {
-    auto name =
-        GENERATE(as<std::string>{}, "ggml-vocab-gpt-2.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-llama-spm.gguf");
-    fs::path path = mk::test::shared_data_dir() / "tokenizers" / name;
+    auto name = GENERATE(as<std::string>{}, "gpt-2", "starcoder", "refact", "llama-bpe", "qwen2", "llama-spm", "phi-3");
+    SKIP_WITHOUT_VOCAB(name);
+    fs::path path = vocab_path(name);
     mk::Tokenizer tok = without_bos(load_gguf(path));
     int mismatches = 0;
     for (const VocabCase& c : read_vocab_cases(path)) {
@@ -81,8 +91,25 @@ TEST_CASE("real vocabularies reproduce their reference token ids exactly", "[cpu
     CHECK(mismatches == 0);
 }
 
+// The rest of the set with reference ids: mk refuses each with a one-line reason naming the file and key
+// (BERT WordPiece, Gemma 4 and T5 tokenizers; pre-tokenizer splits mk does not implement).
+TEST_CASE("unsupported real vocabularies are refused with the reason", "[cpu][tokenizer]") {
+    const std::vector<std::pair<std::string, std::string>> refused{
+        {"bert-bge", "unsupported tokenizer 'bert'"},        {"gemma-4", "unsupported tokenizer 'gemma4'"},
+        {"nomic-bert-moe", "unsupported tokenizer 't5'"},    {"command-r", "unknown pre-tokenizer 'command-r'"},
+        {"deepseek-coder", "unknown pre-tokenizer 'deepseek-coder'"},
+        {"deepseek-llm", "unknown pre-tokenizer 'deepseek-llm'"}, {"falcon", "unknown pre-tokenizer 'falcon'"},
+        {"mpt", "unknown pre-tokenizer 'mpt'"},              {"qwen35", "unknown pre-tokenizer 'qwen35'"}};
+    for (const auto& [name, reason] : refused) SKIP_WITHOUT_VOCAB(name);
+    for (const auto& [name, reason] : refused) {
+        INFO(name);
+        CHECK_THROWS_WITH(load_gguf(vocab_path(name)), Contains("ggml-vocab-" + name + ".gguf") && Contains(reason));
+    }
+}
+
 TEST_CASE("llama-spm adds BOS once, as its file asks", "[cpu][tokenizer]") {
-    mk::Tokenizer tok = load_gguf(mk::test::shared_data_dir() / "tokenizers" / "ggml-vocab-llama-spm.gguf");
+    SKIP_WITHOUT_VOCAB("llama-spm");
+    mk::Tokenizer tok = load_gguf(vocab_path("llama-spm"));
     REQUIRE(tok.data().add_bos);
     CHECK(tok.encode("Hello") == std::vector<int32_t>{1, 15043});
     CHECK(tok.encode("<s>Hello") == std::vector<int32_t>{1, 15043});  // the text's own BOS is not doubled
@@ -114,7 +141,8 @@ TEST_CASE("pre-tokenizers split as HF tokenizers does", "[cpu][tokenizer]") {
 }
 
 TEST_CASE("special tokens are matched longest first, only when asked", "[cpu][tokenizer]") {
-    mk::Tokenizer tok = load_gguf(mk::test::shared_data_dir() / "tokenizers" / "ggml-vocab-starcoder.gguf");
+    SKIP_WITHOUT_VOCAB("starcoder");
+    mk::Tokenizer tok = load_gguf(vocab_path("starcoder"));
     REQUIRE(tok.find_token("<|endoftext|>") == 0);
     CHECK(tok.encode("<|endoftext|>") == std::vector<int32_t>{0});
     std::vector<int32_t> plain = tok.encode("<|endoftext|>", false);
@@ -132,7 +160,8 @@ TEST_CASE("special tokens are matched longest first, only when asked", "[cpu][to
 }
 
 TEST_CASE("StreamDecoder holds back split UTF-8 and replaces invalid bytes", "[cpu][tokenizer]") {
-    mk::Tokenizer tok = load_gguf(mk::test::shared_data_dir() / "tokenizers" / "ggml-vocab-gpt-2.gguf");
+    SKIP_WITHOUT_VOCAB("gpt-2");
+    mk::Tokenizer tok = load_gguf(vocab_path("gpt-2"));
     const std::string text = "🦙 llama, café, 東京";
     std::vector<int32_t> ids = tok.encode(text);
     mk::StreamDecoder stream(tok);
@@ -162,6 +191,7 @@ TEST_CASE("StreamDecoder holds back split UTF-8 and replaces invalid bytes", "[c
 }
 
 TEST_CASE("SmolLM2 tokenizer matches published ids", "[model][tokenizer]") {
+    SKIP_WITHOUT_MODEL();
     const mk::Tokenizer& tok = smollm2();
     CHECK(tok.vocab_size() == 49152);
     CHECK(tok.data().pre == "smollm");
@@ -172,6 +202,7 @@ TEST_CASE("SmolLM2 tokenizer matches published ids", "[model][tokenizer]") {
 }
 
 TEST_CASE("SmolLM2 special tokens and end of generation", "[model][tokenizer]") {
+    SKIP_WITHOUT_MODEL();
     const mk::Tokenizer& tok = smollm2();
     CHECK(tok.data().tokens[4] == "<reponame>");  // a code-model repository marker, not an end of turn
     CHECK(tok.is_eog(0));                         // <|endoftext|>
@@ -189,6 +220,7 @@ TEST_CASE("SmolLM2 special tokens and end of generation", "[model][tokenizer]") 
 }
 
 TEST_CASE("SmolLM2 decode inverts encode", "[model][tokenizer]") {
+    SKIP_WITHOUT_MODEL();
     const mk::Tokenizer& tok = smollm2();
     auto text = GENERATE(as<std::string>{}, "plain ASCII, with punctuation!?", "accents: àéîõü ÀÉÎÕÜ ñ ç ß",
                          "emoji 😀🎉 👍🏽 🇫🇷 🦙", "中文 日本語 한국어",
@@ -197,6 +229,7 @@ TEST_CASE("SmolLM2 decode inverts encode", "[model][tokenizer]") {
 }
 
 TEST_CASE("SmolLM2 streams an emoji split across byte tokens", "[model][tokenizer]") {
+    SKIP_WITHOUT_MODEL();
     const mk::Tokenizer& tok = smollm2();
     std::vector<int32_t> ids = tok.encode("🦙");
     REQUIRE(ids.size() > 1);
@@ -207,6 +240,7 @@ TEST_CASE("SmolLM2 streams an emoji split across byte tokens", "[model][tokenize
 }
 
 TEST_CASE("SmolLM2 matches the HF tokenizers oracle", "[model][tokenizer][oracle]") {
+    SKIP_WITHOUT_MODEL();
     fs::path path = mk::test::output_dir() / "tokenizer_oracle.json";
     INFO("written by tests/reference/tokenizer_oracle.py (CTest fixture oracle_tokenizer)");
     REQUIRE(fs::exists(path));

@@ -1,6 +1,7 @@
 // Engine::generate (see engine.hpp).
 #include "runtime/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "models/error.hpp"
@@ -15,6 +16,11 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Engine::Engine(const Model& model, std::unique_ptr<Program> program) : model_(&model), program_(std::move(program)) {}
 
+DeviceLoopResult Program::run_generation(std::span<const int32_t>, uint32_t, std::span<const int32_t>,
+                                         const std::function<bool(int32_t)>&, const std::atomic<bool>*) {
+    fail("backend {} has no device-side generation loop", backend_name());
+}
+
 GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text) {
     if (prompt.empty()) fail("the prompt is empty: nothing to continue");
     const uint32_t ctx = program_->ctx_len();
@@ -24,10 +30,15 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
     for (int32_t id : prompt)
         if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary ({})", id, vocab);
 
+    program_->reset();
+    const std::vector<int32_t>& eog = model_->tokenizer.data().eog_ids;
+    const size_t n_stop = options.stop_at_eog ? eog.size() : 0;
+    if (options.n_predict > 0 && program_->runs_generation(options.sampling, n_stop))
+        return generate_on_device(prompt, options, on_text);
+
     GenerateStats stats;
     stats.n_prompt = int32_t(prompt.size());
     std::vector<int32_t> history(prompt.begin(), prompt.end());
-    program_->reset();
 
     auto t0 = std::chrono::steady_clock::now();
     int32_t next = -1;
@@ -62,6 +73,47 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
     }
     if (std::string rest = decoder.flush(); !rest.empty()) on_text(rest);
     stats.eval_ms = ms_since(t0);
+    return stats;
+}
+
+// The same generation as one device command (the resident kernel): the device samples, feeds each token
+// back and stops at end-of-generation, -n or cancellation; the host streams the tokens as they land.
+GenerateStats Engine::generate_on_device(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                         const TextCallback& on_text) {
+    GenerateStats stats;
+    const int32_t n_prompt = int32_t(prompt.size());
+    stats.n_prompt = n_prompt;
+    const uint32_t n_new = uint32_t(std::min<int64_t>(options.n_predict, int64_t(program_->ctx_len()) - n_prompt));
+    const std::vector<int32_t> no_stops;
+    const std::vector<int32_t>& stops = options.stop_at_eog ? model_->tokenizer.data().eog_ids : no_stops;
+    StreamDecoder decoder(model_->tokenizer);
+    bool listening = true;
+    size_t n_streamed = 0;
+    const DeviceLoopResult r = program_->run_generation(prompt, n_new, stops, [&](int32_t token) {
+        if (options.stop_at_eog && model_->tokenizer.is_eog(token)) return true;  // the device stops after it
+        if (!listening) return false;
+        ++n_streamed;
+        if (std::string piece = decoder.push(token); !piece.empty() && !on_text(piece)) listening = false;
+        return listening;
+    }, options.cancel);
+    // Reported: every token that was streamed or run as an input (the KV cache holds n_steps positions);
+    // an end-of-generation token is neither.
+    const size_t n_run = r.n_steps > uint32_t(n_prompt) ? r.n_steps - uint32_t(n_prompt) : 0;
+    size_t n_tokens = std::min(r.tokens.size(), std::max(n_streamed, n_run));
+    // The device stops after the step that sampled it, so it is the last posted token and never run.
+    stats.stopped_at_eog = options.stop_at_eog && r.tokens.size() == n_run + 1 && model_->tokenizer.is_eog(r.tokens.back());
+    if (stats.stopped_at_eog) n_tokens = n_run;
+    stats.tokens.assign(r.tokens.begin(), r.tokens.begin() + std::ptrdiff_t(n_tokens));
+    for (size_t i = n_streamed; listening && i < n_tokens; ++i)
+        if (std::string piece = decoder.push(stats.tokens[i]); !piece.empty() && !on_text(piece)) listening = false;
+    if (std::string rest = decoder.flush(); !rest.empty() && listening) on_text(rest);
+    stats.n_generated = int32_t(n_tokens);
+    stats.n_past = int32_t(r.n_steps);
+    stats.n_eval_steps = int32_t(n_run);
+    stats.cancelled = r.cancelled && options.cancel && options.cancel->load();
+    // One command: the prompt's time runs to the first token, generation's from there to the end.
+    stats.prompt_ms = r.tokens.empty() ? r.total_ms : r.first_token_ms;
+    stats.eval_ms = r.total_ms - stats.prompt_ms;
     return stats;
 }
 

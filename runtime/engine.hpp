@@ -1,5 +1,6 @@
 // The generation loop over a Program: prompt tokens through the same step as generation, sampling,
-// end-of-generation, streamed UTF-8 text, cancellation and timings.
+// end-of-generation, streamed UTF-8 text, cancellation and timings. A Program that runs the loop on
+// its device (the resident CUDA kernel) gets the whole generation as one run_generation call.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -43,6 +44,9 @@ public:
     Program& program() { return *program_; }
 
 private:
+    GenerateStats generate_on_device(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                     const TextCallback& on_text);
+
     const Model* model_;
     std::unique_ptr<Program> program_;
 };

@@ -1,9 +1,12 @@
 // A Program: one schedule bound to one model's weights on one backend, with its own activation
 // arena and KV cache. step() runs one decode step (the same instructions for prompt and generation).
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "instructions/op_context.hpp"
 #include "models/model.hpp"
@@ -17,6 +20,20 @@ struct ProgramOptions {
     bool check_pages = false;   // CPU: stage weights through per-SM pages and check the accounting
     bool detect_races = false;  // CPU: vector-clock race detector
     CpuDots dots = CpuDots::exact;  // CPU: the matvec ops' dots (exact fp32, or q16 activations: faster)
+};
+
+// The one switch between device and host sampling in the device's generation loop: the device draws
+// greedily; any other rule (temperature, top-k/p, min-p, repetition penalty) runs on the host over the
+// copied logits until the device sampler has run under the CUDA emulator.
+inline bool device_loop_samples(const SamplingParams& p) { return p.temperature <= 0.0f && p.repeat_penalty == 1.0f; }
+
+// What a device-side generation did (Program::run_generation).
+struct DeviceLoopResult {
+    std::vector<int32_t> tokens;  // every posted token, in order: the first is the prompt's last step's
+    uint32_t n_steps = 0;         // steps run, so KV positions filled (the last token is never run)
+    bool stopped = false;         // ended before n_new tokens: a stop token or a cancellation
+    bool cancelled = false;       // ended by the host (cancel, or on_token returned false)
+    double first_token_ms = 0, total_ms = 0;  // from posting the command: the first token seen, the end
 };
 
 class Program {
@@ -33,6 +50,16 @@ public:
     virtual uint32_t ctx_len() const = 0;
     virtual const char* backend_name() const = 0;
     virtual uint32_t n_threads() const = 0;
+
+    // Whether run_generation serves these parameters with n_stop stop tokens (the resident CUDA kernel).
+    virtual bool runs_generation(const SamplingParams&, size_t /*n_stop*/) const { return false; }
+    // One command for the whole generation, from the current position: the prompt, then up to n_new
+    // tokens the device samples and feeds back itself, ending after a step that samples a stop token.
+    // on_token sees each token as it lands (false: stop after the running step); *cancel likewise.
+    virtual DeviceLoopResult run_generation(std::span<const int32_t> prompt, uint32_t n_new,
+                                            std::span<const int32_t> stop_tokens,
+                                            const std::function<bool(int32_t)>& on_token,
+                                            const std::atomic<bool>* cancel);
 };
 
 // The CPU backend. Throws mk::Error when the schedule does not fit the model or the memory.

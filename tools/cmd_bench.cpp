@@ -39,14 +39,24 @@ struct BenchResult {
     }
 };
 
-// Tokens/s of `n` steps from position 0 (a fixed pseudo-random token stream, greedy).
-double time_steps(Program& program, int32_t n, int32_t vocab) {
+// Tokens/s of `n` steps from position 0, greedy. A backend that runs the generation loop on its device
+// (the resident CUDA kernel) gets them as one command, as mk generate does: tgN generates n tokens from
+// a one-token prompt, ppN feeds an n-token prompt. Otherwise one step() each, on a fixed pseudo-random
+// token stream.
+double time_steps(Program& program, int32_t n, int32_t vocab, bool prompt) {
     program.reset();
     const auto t0 = std::chrono::steady_clock::now();
-    int32_t token = 1;
-    for (int32_t p = 0; p < n; ++p) token = program.step(p == 0 ? 1 : (token + p * 7919) % vocab, p, {}, {});
+    int32_t steps = n;
+    if (program.runs_generation(SamplingParams{}, 0)) {
+        std::vector<int32_t> tokens(size_t(prompt ? n : 1));
+        for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = int32_t((1 + int64_t(p) * 7919) % vocab);
+        steps = int32_t(program.run_generation(tokens, prompt ? 1u : uint32_t(n), {}, {}, nullptr).n_steps);
+    } else {
+        int32_t token = 1;
+        for (int32_t p = 0; p < n; ++p) token = program.step(p == 0 ? 1 : (token + p * 7919) % vocab, p, {}, {});
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return n / s;
+    return steps / s;
 }
 
 }  // namespace
@@ -73,11 +83,11 @@ void register_bench(CLI::App& app) {
         if (o->n_prompt) results.push_back({fmt::format("pp{}", o->n_prompt), o->n_prompt, {}});
         if (o->n_gen) results.push_back({fmt::format("tg{}", o->n_gen), o->n_gen, {}});
         if (results.empty()) fail("nothing to measure: both -p and -n are 0");
-        time_steps(*program, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab);  // warm-up
+        time_steps(*program, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab, false);  // warm-up
         for (BenchResult& r : results) {
             for (int32_t i = 0; i < o->reps; ++i) {
                 fmt::print(stderr, "\rmk bench: {} repetition {}/{} ...   ", r.test, i + 1, o->reps);
-                r.tokens_per_s.push_back(time_steps(*program, r.n_tokens, vocab));
+                r.tokens_per_s.push_back(time_steps(*program, r.n_tokens, vocab, r.test[0] == 'p'));
             }
         }
         fmt::print(stderr, "\r{:60}\r", "");

@@ -1,35 +1,75 @@
 #!/usr/bin/env bash
-# The GPU checks in one call on a lent H200, smallest first: smoke, ops, forward, resident (+ the HF
-# check), tp (tensor parallel on SM partitions: --tp-loopback), bench. Every stage has its own time limit
-# (together 8 minutes at most); logs and the closing tables go to $OUT (./gpu-check-out when unset).
+# The GPU checks in one call on a lent H200, smallest first: smoke, sanitize, ops, forward, resident
+# (+ the HF check), tp (tensor parallel on SM partitions: --tp-loopback), bench, compiled. Each stage
+# runs under its limit in the table below, which with the rebuild's row and the margin fits 7 minutes.
+# A failed smoke stops the run; a failed correctness stage skips the benchmarks. Logs, the closing
+# tables and results.md (rows for bench/RESULTS.md) go to $OUT (./gpu-check-out when unset).
 # Exit 1 when a stage failed. See README "GPU check".
 #
-#   tools/gpu-check.sh [--only STAGE[,STAGE]]... [--stop-on-failure] [--build] [--bin DIR]
+#   tools/gpu-check.sh [--only STAGE[,STAGE]]... [--stop-on-failure] [--build|--no-build] [--bin DIR]
 #   tools/gpu-check.sh --dry-run [--bin DIR]   everything but GPU launches (CI runs this)
 #   tools/gpu-check.sh --pack                  fill build/gpu-carry/ from a local Release CUDA build
 set -uo pipefail
+
+# ---- the limits table: each stage's limit in seconds, in run order; every later stage adds its row here.
+# `rebuild` runs first, and only when the carried binaries do not run on the GPU machine (an older glibc,
+# a missing library): a Release build of mk and mk_cuda_tests there, estimated for 16 cores (its critical
+# path is nvcc on interpreter.cu). The rows plus the margin must stay within the budget (checked below).
+limits_table="\
+rebuild   90  Release build of mk and mk_cuda_tests there, only when the carried binaries do not run
+smoke     25  nvidia-smi, mk devices, [cuda][smoke]
+sanitize  45  compute-sanitizer memcheck, synccheck and racecheck on [cuda][sanitize] (stepwise, tiny)
+ops       30  [cuda][ops]
+forward   45  [cuda][forward]
+resident  40  [cuda][resident], the HF transformers check, each CLI mode
+tp        30  [cuda][tp], mk generate --backend cuda --tp-loopback 3 against --backend cpu
+bench     80  copy bandwidth; BF16 tg128 -r 3 (cuda; kernels, graph -r 1), pp512; Q8_0, Q4_1 as time allows; torch eager
+compiled  15  torch.compile baseline: last, and only when the run still has this slot
+"
+budget_s=420 margin_s=20
+early_stop="on failure: stop (smoke) / skip bench (correctness stages)"
+correctness_stages=" ops forward resident tp "
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 self="$root/tools/gpu-check.sh"
 carry="$root/build/gpu-carry"
 gpu_build="$root/build/gpu"
-all_stages=(smoke ops forward resident tp bench)
 # The benchmark model: synthetic:SHAPE:DTYPE$KEYS (MK_GPU_BENCH_KEYS=":layers=2" for a quick try).
 bench_shape=${MK_GPU_BENCH_SHAPE:-llama-3.2-1b} bench_keys=${MK_GPU_BENCH_KEYS:-}
-declare -A stage_limit_s=([smoke]=25 [ops]=60 [forward]=100 [resident]=75 [tp]=50 [bench]=170)
-declare -A stage_about=([smoke]="nvidia-smi, mk devices, [cuda][smoke]" [ops]="[cuda][ops]" \
-  [forward]="[cuda][forward]" [resident]="[cuda][resident], the HF transformers check, each CLI mode" \
-  [tp]="[cuda][tp], mk generate --backend cuda --tp-loopback 3 against --backend cpu" \
-  [bench]="copy bandwidth, mk bench of synthetic:$bench_shape (cuda, cuda-kernels, --graph), torch eager/compiled")
+declare -A stage_limit_s=() stage_about=()
+all_stages=()
+limits_sum=0
+while read -r name limit about; do
+  [[ -n $name ]] || continue
+  stage_limit_s[$name]=$limit
+  stage_about[$name]=$about
+  [[ $name == rebuild ]] || all_stages+=("$name")
+  limits_sum=$((limits_sum + limit))
+done <<<"$limits_table"
+if ((limits_sum + margin_s > budget_s)); then
+  echo "gpu-check: the limits table adds up to ${limits_sum} s; with the ${margin_s} s margin that is over the" \
+    "${budget_s} s budget: shorten a stage" >&2
+  exit 2
+fi
 jobs=${MK_JOBS:-$(nproc)}
 
+print_limits() {
+  echo "limits (s):"
+  while read -r name limit about; do
+    [[ -n $name ]] && printf '  %-9s %4s  %s\n' "$name" "$limit" "$about"
+  done <<<"$limits_table"
+  printf '  %-9s %4s  (%d:%02d of the %d:%02d budget, with a %s s margin)\n' sum "$limits_sum" \
+    $(((limits_sum + margin_s) / 60)) $(((limits_sum + margin_s) % 60)) $((budget_s / 60)) $((budget_s % 60)) "$margin_s"
+}
+
 usage() {
-  sed -n '2,9p' "$self" | sed 's/^# \{0,1\}//'
-  echo "stages: ${all_stages[*]} (limits: $(for s in "${all_stages[@]}"; do printf '%s %ss ' "$s" "${stage_limit_s[$s]}"; done))"
+  sed -n '2,12p' "$self" | sed 's/^# \{0,1\}//'
+  echo "stages: ${all_stages[*]}"
+  print_limits
 }
 
 args=("$@")
-only=() dry_run=0 build=0 pack=0 stop_on_failure=0 bin_dir=""
+only=() dry_run=0 build=0 no_build=0 pack=0 stop_on_failure=0 bin_dir=""
 while (($#)); do
   case $1 in
     --only) [[ $# -ge 2 ]] || { echo "gpu-check: --only needs a stage" >&2; exit 2; }
@@ -37,6 +77,7 @@ while (($#)); do
     --only=*) IFS=, read -ra parts <<<"${1#--only=}"; only+=("${parts[@]}"); shift ;;
     --dry-run) dry_run=1; shift ;;
     --build) build=1; shift ;;
+    --no-build) no_build=1; shift ;;
     --pack) pack=1; shift ;;
     --stop-on-failure) stop_on_failure=1; shift ;;
     --bin) [[ $# -ge 2 ]] || { echo "gpu-check: --bin needs a folder" >&2; exit 2; }
@@ -88,6 +129,11 @@ if ((pack)); then
   done
   pack_deps || exit 1
   git -C "$root" describe --always --dirty >"$carry/commit" 2>/dev/null
+  # The newest glibc symbol version the binaries reference: the GPU machine's glibc must be at least this.
+  glibc_need=$(objdump -T "$carry"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+  echo "${glibc_need:-unknown}" >"$carry/glibc"
+  echo "gpu-check: --pack: the binaries need ${glibc_need:-an unknown glibc} (recorded in $carry/glibc;" \
+    "where ldd --version is older, the run rebuilds there)"
   size=$(du -sb "$carry" | cut -f1)
   echo "gpu-check: --pack: $carry holds $((size / 1048576)) MiB:"
   ls -l "$carry/bin"
@@ -116,8 +162,9 @@ export TORCHINDUCTOR_CACHE_DIR="$work/inductor"
 bench_jsonl="$out/bench.jsonl" stages_tsv="$work/stages.tsv"
 : >"$bench_jsonl"
 : >"$stages_tsv"
-echo "gpu-check: $(date -u +%FT%TZ) commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-  "carried build $(cat "$carry/commit" 2>/dev/null || echo '-'); out $out"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')
+echo "gpu-check: $(date -u +%FT%TZ) commit $commit carried build $(cat "$carry/commit" 2>/dev/null || echo '-'); out $out"
+echo "gpu-check: glibc here: $(ldd --version 2>&1 | head -1); the carried binaries need $(cat "$carry/glibc" 2>/dev/null || echo '(not recorded)')"
 
 # ---- binaries: --bin DIR, else the carried ones, else (with --build) a fresh build here ----
 find_bin() {  # NAME [DIR]: the first executable NAME under DIR's usual places
@@ -142,28 +189,38 @@ pick_binaries() {
   mk_state=$(runnable "$mk")
   tests_state=$(runnable "$cuda_tests")
 }
-build_here() {
-  echo "gpu-check: building Release for sm_90a into $gpu_build with $jobs jobs"
+build_here() {  # the rebuild row's limit bounds configure and build together
+  local limit=${stage_limit_s[rebuild]} t0=$SECONDS
+  echo "===== stage rebuild (limit $limit s): Release for sm_90a into $gpu_build with $jobs jobs"
   local deps="$carry/deps/usr" args=()
   [[ -d $deps ]] && args+=("-DCMAKE_PREFIX_PATH=$deps" "-DPCRE2_INCLUDE_DIR=$deps/include"
                            "-DPCRE2_STATIC_LIBRARY=$deps/lib/x86_64-linux-gnu/libpcre2-8.a")
-  local t0=$SECONDS
-  timeout 120 cmake -S "$root" -B "$gpu_build" -G Ninja -DMK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DMK_BUILD_TESTS=ON \
+  local rc=0
+  timeout 30 cmake -S "$root" -B "$gpu_build" -G Ninja -DMK_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DMK_BUILD_TESTS=ON \
     -DMK_BUILD_BENCH=OFF -DMK_BUILD_EXAMPLES=OFF "${args[@]}" >"$work/configure.log" 2>&1 \
-    || { tail -20 "$work/configure.log"; return 1; }
-  local targets=(--target mk)
-  grep -q '^build mk_cuda_tests: phony' "$gpu_build/build.ninja" && targets+=(--target mk_cuda_tests)
-  timeout 300 cmake --build "$gpu_build" -j "$jobs" "${targets[@]}" || return 1
-  echo "gpu-check: build took $((SECONDS - t0)) s"
+    || { tail -20 "$work/configure.log"; rc=1; }
+  if ((rc == 0)); then
+    local targets=(--target mk)
+    grep -q '^build mk_cuda_tests: phony' "$gpu_build/build.ninja" && targets+=(--target mk_cuda_tests)
+    timeout $((limit - (SECONDS - t0) > 5 ? limit - (SECONDS - t0) : 5)) \
+      cmake --build "$gpu_build" -j "$jobs" "${targets[@]}" >"$work/build.log" 2>&1 || { tail -20 "$work/build.log"; rc=1; }
+  fi
+  local verdict=ok
+  ((rc)) && verdict=FAILED
+  echo "===== stage rebuild: $verdict ($((SECONDS - t0)) s)"
+  printf 'rebuild\t%s\t%s\n' "$verdict" "$((SECONDS - t0))" >>"$stages_tsv"
+  return $rc
 }
 
 if [[ -n $bin_dir ]]; then
   pick_binaries "$bin_dir"
 else
   pick_binaries "$carry"
-  if [[ $mk_state != ok || $tests_state != ok ]]; then
+  if [[ $mk_state != ok || $tests_state != ok ]] || ((build)); then
     echo "gpu-check: carried binaries: mk $mk_state; mk_cuda_tests $tests_state"
-    if ((build && !dry_run)); then
+    if ((dry_run)); then
+      :
+    elif ((!no_build)); then
       build_here && pick_binaries "$gpu_build"
     elif [[ -x $gpu_build/tools/mk ]]; then
       pick_binaries "$gpu_build"
@@ -212,20 +269,53 @@ catch_flags=(-w NoTests --use-colour no --durations yes)
 stage_smoke() {
   if command -v nvidia-smi >/dev/null; then step 10 "nvidia-smi" -- nvidia-smi -L; fi
   step 15 "mk devices" -- "$mk" devices
-  step 30 "[cuda][smoke]" -- "$cuda_tests" "[cuda][smoke]" "${catch_flags[@]}"
+  step 20 "[cuda][smoke]" -- "$cuda_tests" "[cuda][smoke]" "${catch_flags[@]}"
 }
-stage_ops() { step 60 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flags[@]}"; }
-stage_forward() { step 100 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
+# compute-sanitizer from PATH or beside nvcc.
+find_sanitizer() {
+  local d
+  command -v compute-sanitizer 2>/dev/null && return 0
+  for d in /usr/local/cuda/bin "$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/nvcc)")"; do
+    [[ -x $d/compute-sanitizer ]] && { echo "$d/compute-sanitizer"; return 0; }
+  done
+  echo compute-sanitizer
+  return 1
+}
+stage_sanitize() {
+  local cs tool log before
+  cs=$(find_sanitizer)
+  for tool in memcheck synccheck racecheck; do
+    local cmd=("$cs" --tool "$tool" --error-exitcode 1 --print-limit 20 "$cuda_tests" "[cuda][sanitize]" "${catch_flags[@]}")
+    if ((dry_run)); then
+      step 15 "compute-sanitizer $tool" -- "${cmd[@]}"
+      continue
+    fi
+    if [[ ! -x $cs ]]; then
+      echo "--- compute-sanitizer $tool: SKIPPED (no compute-sanitizer on this machine)" >&2
+      continue
+    fi
+    log="$out/sanitize-$tool.log" before=$stage_failed
+    # shellcheck disable=SC2016
+    step 15 "compute-sanitizer $tool" -- bash -c '"${@:2}" >"$1" 2>&1; rc=$?; tail -n 15 "$1"; exit $rc' _ "$log" "${cmd[@]}"
+    # Some runtimes refuse the sanitizer ("Device not supported"): that says nothing about our code.
+    if grep -qiE 'device not supported|not supported on this (device|platform)|unable to (attach|find injection)' "$log"; then
+      stage_failed=$before
+      echo "--- compute-sanitizer $tool: SKIPPED (the sanitizer cannot attach to this device: $(grep -iE -m1 'not supported|unable to' "$log"))" >&2
+    fi
+  done
+}
+stage_ops() { step 30 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flags[@]}"; }
+stage_forward() { step 45 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
 stage_resident() {
-  step 40 "[cuda][resident]" -- "$cuda_tests" "[cuda][resident]" "${catch_flags[@]}"
-  step 30 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
-  step 30 "[cuda][hf]" -- env "MK_HF_DIR=$work/hf" "$cuda_tests" "[cuda][hf]" "${catch_flags[@]}"
+  step 20 "[cuda][resident]" -- "$cuda_tests" "[cuda][resident]" "${catch_flags[@]}"
+  step 15 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
+  step 10 "[cuda][hf]" -- env "MK_HF_DIR=$work/hf" "$cuda_tests" "[cuda][hf]" "${catch_flags[@]}"
   # Each CLI mode end to end on a tiny model (32 steps), the resident one with a trace.
   local tiny=synthetic:tiny-llama3:f32 flags
   for flags in "--backend cuda --trace $work/trace.json" "--backend cuda --stepwise" "--backend cuda-kernels" \
                "--backend cuda-kernels --graph"; do
     # shellcheck disable=SC2086
-    step 20 "mk bench $flags" -- "$mk" bench -m "$tiny" -p 16 -n 16 -r 1 $flags
+    step 10 "mk bench $flags" -- "$mk" bench -m "$tiny" -p 16 -n 16 -r 1 $flags
   done
   if ((!dry_run)) && [[ -f $work/trace.json ]]; then
     local size
@@ -242,45 +332,54 @@ stage_tp() {
     echo "gpu-check: $default_model is not on this machine: [model] cases skipped, the CLI uses a synthetic model" >&2
     spec="[cuda][tp]~[model]" model=synthetic:smollm2-135m:f32:layers=4:seed=41
   fi
-  step 35 "$spec" -- env "MK_CACHE=$(dirname "$default_model")" "$cuda_tests" "$spec" "${catch_flags[@]}"
+  step 20 "$spec" -- env "MK_CACHE=$(dirname "$default_model")" "$cuda_tests" "$spec" "${catch_flags[@]}"
   local gen=(generate -m "$model" -p "The capital of France is" -n 16 --temp 0 --ignore-eos -c 256)
-  step 15 "mk generate --backend cpu" -- "$mk" "${gen[@]}" --backend cpu --cpu-dots exact >"$work/tp-cpu.txt"
-  step 15 "mk generate --backend cuda --tp-loopback 3" -- "$mk" "${gen[@]}" --backend cuda --tp-loopback 3 \
+  step 10 "mk generate --backend cpu" -- "$mk" "${gen[@]}" --backend cpu --cpu-dots exact >"$work/tp-cpu.txt"
+  step 10 "mk generate --backend cuda --tp-loopback 3" -- "$mk" "${gen[@]}" --backend cuda --tp-loopback 3 \
     >"$work/tp-cuda.txt"
   step 5 "the same text" -- diff "$work/tp-cpu.txt" "$work/tp-cuda.txt"
 }
-mk_bench() {  # DTYPE LIMIT FLAGS...: mk bench of the synthetic Llama-3.2-1B, appended to bench.jsonl
-  local dtype=$1 limit=$2
-  shift 2
-  local file="$work/mk-bench.$dtype.$RANDOM.json"
-  step "$limit" "mk bench $dtype $*" -- "$mk" bench -m "$work/models/$bench_shape.$dtype.gguf" -p 2048 -n 128 -r 2 \
-    -o json "$@" >"$file"
+mk_bench() {  # DTYPE LIMIT "TEST FLAGS" BACKEND FLAGS...: mk bench of the synthetic model, into bench.jsonl
+  local dtype=$1 limit=$2 tests=$3
+  shift 3
+  local file="$work/mk-bench.$dtype.$RANDOM.json" model="$work/models/$bench_shape.$dtype.gguf"
+  # shellcheck disable=SC2086
+  step "$limit" "mk bench $dtype $tests $*" -- "$mk" bench -m "$model" $tests -o json "$@" >"$file"
   local rc=$?
   ((dry_run)) || python3 "$root/tools/gpu_check_report.py" wrap-mk "$file" --dtype "$dtype" --flags "$*" \
-    --ctx-map pp2048=2048,tg128=128 >>"$bench_jsonl"
+    --ctx-map pp512=512,tg128=128 --command "mk bench -m synthetic:$bench_shape:$dtype$bench_keys $tests $*" >>"$bench_jsonl"
   return $rc
 }
 stage_bench() {
-  step 30 "copy bandwidth" -- python3 "$root/bench/torch_baseline.py" --modes copy >"$work/copy.json"
+  step 15 "copy bandwidth" -- python3 "$root/bench/torch_baseline.py" --modes copy >"$work/copy.json"
   ((dry_run)) || tee -a "$bench_jsonl" <"$work/copy.json"
   mkdir -p "$work/models"
   local dtype
   for dtype in bf16 q8_0 q4_1; do
-    if [[ $dtype != bf16 ]] && ((!dry_run && stage_deadline - SECONDS < 100)); then
+    if [[ $dtype != bf16 ]] && ((!dry_run && stage_deadline - SECONDS < 20)); then
       echo "--- $dtype: skipped, $((stage_deadline - SECONDS)) s left in the stage" >&2
       continue
     fi
-    step 40 "mk synth $dtype" -- "$mk" synth "synthetic:$bench_shape:$dtype$bench_keys" \
+    step 15 "mk synth $dtype" -- "$mk" synth "synthetic:$bench_shape:$dtype$bench_keys" \
       -o "$work/models/$bench_shape.$dtype.gguf" || continue
-    mk_bench "$dtype" 40 --backend cuda
-    mk_bench "$dtype" 60 --backend cuda-kernels
-    mk_bench "$dtype" 40 --backend cuda-kernels --graph
     if [[ $dtype == bf16 ]]; then
-      step 150 "torch baseline (eager, compiled)" -- python3 "$root/bench/torch_baseline.py" --modes eager,compiled \
-        --ctx 128,2048 -n 64 >"$work/torch.jsonl"
+      # The headline figure: tg128 with the warm-up mk bench always runs, then 3 repetitions.
+      mk_bench "$dtype" 10 "-p 0 -n 128 -r 3" --backend cuda
+      mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda-kernels
+      mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda-kernels --graph
+      mk_bench "$dtype" 8 "-p 512 -n 0 -r 1" --backend cuda
+      step 20 "torch eager" -- python3 "$root/bench/torch_baseline.py" --modes eager --ctx 128 -n 32 \
+        >"$work/torch.jsonl"
       ((dry_run)) || tee -a "$bench_jsonl" <"$work/torch.jsonl"
+    else
+      mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda
     fi
   done
+}
+stage_compiled() {
+  step 15 "torch compiled" -- python3 "$root/bench/torch_baseline.py" --modes compiled --ctx 128 -n 32 \
+    >"$work/torch-compiled.jsonl"
+  ((dry_run)) || tee -a "$bench_jsonl" <"$work/torch-compiled.jsonl"
 }
 
 # ---- dry run: what can be checked without a GPU ----
@@ -338,38 +437,61 @@ selected=("${all_stages[@]}")
 total_limit=0
 for s in "${selected[@]}"; do total_limit=$((total_limit + stage_limit_s[$s])); done
 echo "== stages: ${selected[*]} (limits add up to ${total_limit} s)"
+print_limits
+echo "$early_stop"
+smoke_failed=0 correctness_failed=0
+skip_stage() {  # STAGE WHY
+  echo "===== stage $1: SKIPPED ($2)"
+  printf '%s\tskipped\t0\n' "$1" >>"$stages_tsv"
+}
 for s in "${all_stages[@]}"; do
   [[ " ${selected[*]} " == *" $s "* ]] || continue
   echo
-  echo "===== stage $s (limit ${stage_limit_s[$s]} s): ${stage_about[$s]}"
-  if ((stop_on_failure && failures)); then
-    echo "===== stage $s: SKIPPED (--stop-on-failure)"
-    printf '%s\tskipped\t0\n' "$s" >>"$stages_tsv"
-    continue
+  if ((!dry_run)); then
+    if ((smoke_failed)); then skip_stage "$s" "smoke failed"; continue; fi
+    if [[ $s == bench || $s == compiled ]] && ((correctness_failed)); then
+      skip_stage "$s" "a correctness stage failed"; continue
+    fi
+    if ((stop_on_failure && failures)); then skip_stage "$s" "--stop-on-failure"; continue; fi
+    if [[ $s == compiled ]] && ((SECONDS + stage_limit_s[$s] > budget_s - margin_s)); then
+      skip_stage "$s" "$((budget_s - margin_s - SECONDS)) s left of the run's budget"; continue
+    fi
   fi
+  echo "===== stage $s (limit ${stage_limit_s[$s]} s): ${stage_about[$s]}"
   stage_failed=0
   stage_deadline=$((SECONDS + stage_limit_s[$s]))
   t0=$SECONDS
-  if ((!dry_run)) && [[ $mk_state != ok || ($s != bench && $tests_state != ok) ]]; then
+  if ((!dry_run)) && [[ $mk_state != ok || ($s != bench && $s != compiled && $tests_state != ok) ]]; then
     echo "gpu-check: the binaries are not runnable (mk: $mk_state; mk_cuda_tests: $tests_state);" \
-      "run tools/gpu-check.sh --pack here, or pass --build"
+      "run tools/gpu-check.sh --pack here, or let it rebuild (no --no-build)"
     stage_failed=1
   else
     "stage_$s"
   fi
   result=ok
-  ((stage_failed)) && result=FAILED && failures=$((failures + 1))
+  if ((stage_failed)); then
+    result=FAILED
+    failures=$((failures + 1))
+    [[ $s == smoke ]] && smoke_failed=1
+    [[ $correctness_stages == *" $s "* ]] && correctness_failed=1
+  fi
   ((dry_run)) && result=planned
   echo "===== stage $s: $result ($((SECONDS - t0)) s)"
   printf '%s\t%s\t%s\n' "$s" "$result" "$((SECONDS - t0))" >>"$stages_tsv"
 done
 
 echo
+echo "results: $out/results.md"
 if ((dry_run)); then
+  python3 "$root/tools/gpu_check_report.py" results --header-only
   ((dry_fail)) && { echo "gpu-check: dry run FAILED"; exit 1; }
   echo "gpu-check: dry run ok"
   exit 0
 fi
+device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+python3 "$root/tools/gpu_check_report.py" results "$bench_jsonl" --date "$(date -u +%F)" --commit "$commit" \
+  --device "${device_name:-?}" --model "synthetic:$bench_shape$bench_keys" | tee "$out/results.md"
+echo
 python3 "$root/tools/gpu_check_report.py" summary "$bench_jsonl" "$stages_tsv" | tee "$out/summary.md"
 echo
 if ((failures)); then

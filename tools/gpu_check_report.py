@@ -2,8 +2,11 @@
 """tools/gpu-check.sh's bookkeeping: turns `mk bench -o json` output into JSON lines, and prints the
 closing tables (stage results; ms/token, tokens/s and share of the measured copy bandwidth).
 
-    gpu_check_report.py wrap-mk FILE --dtype D --flags "F" --ctx-map pp2048=2048,tg128=128
+    gpu_check_report.py wrap-mk FILE --dtype D --flags "F" --ctx-map pp512=512,tg128=128 --command "mk bench ..."
     gpu_check_report.py summary BENCH_JSONL STAGES_TSV
+    gpu_check_report.py results BENCH_JSONL --date D --commit C --device NAME --model SHAPE   (or --header-only)
+
+`results` prints rows in bench/RESULTS.md's GPU table format, so recording a run is one paste.
 
 BENCH_JSONL holds one JSON object per line: {"source": "copy", "gb_per_s"}, {"source": "mk", ...} and
 {"source": "torch", "mode", "ctx", "ms_per_token", "weight_bytes"}. STAGES_TSV: stage, status, seconds.
@@ -27,7 +30,7 @@ def wrap_mk(a):
                "ctx": int(ctx_of.get(r["test"], r.get("n_tokens", 0))), "tokens_per_s": tps,
                "tokens_per_s_sd": r.get("tokens_per_s_sd"), "ms_per_token": 1e3 / tps if tps else None,
                "weight_bytes": r["weight_gb_per_s"] * 1e9 / tps if tps else None, "backend": r.get("backend"),
-               "sms": r.get("sms"), "samples": r.get("samples")}
+               "sms": r.get("sms"), "samples": r.get("samples"), "command": a.command}
         print(json.dumps(out))
     return 0
 
@@ -36,10 +39,10 @@ def fmt_num(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def summary(a):
+def read_records(path):
     records = []
     try:
-        with open(a.bench) as f:
+        with open(path) as f:
             for line in f:
                 line = line.strip()
                 if line.startswith("{"):
@@ -50,6 +53,47 @@ def summary(a):
     except OSError:
         pass
     copy = next((r for r in records if r.get("source") == "copy" and r.get("gb_per_s")), None)
+    return records, copy
+
+
+def rates(r, copy_gbs):
+    """ms/token, weight GB/s and % of the copy bandwidth of one mk or torch record."""
+    ms, wb = r.get("ms_per_token"), r.get("weight_bytes")
+    gbs = wb / (ms * 1e-3) / 1e9 if ms and wb else None
+    return ms, gbs, 100 * gbs / copy_gbs if gbs and copy_gbs else None
+
+
+# bench/RESULTS.md's GPU table: one row per measurement.
+RESULTS_HEADER = ("| date | commit | device | model | weights | ctx | backend | ms/token | tokens/s | GB/s "
+                  "| % of copy | command |\n"
+                  "| --- | --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- |")
+
+
+def results(a):
+    print(RESULTS_HEADER)
+    if a.header_only:
+        return 0
+    records, copy = read_records(a.bench)
+    copy_gbs = copy["gb_per_s"] if copy else None
+    for r in records:
+        src = r.get("source")
+        if src not in ("mk", "torch") or r.get("error"):
+            continue
+        if src == "mk":
+            backend = ("mk " + r.get("flags", "")).strip()
+            weights, command = r.get("dtype", "?"), r.get("command") or backend
+        else:
+            backend, weights = f"torch {r.get('mode', '?')}", "bf16"
+            command = f"python3 bench/torch_baseline.py --modes {r.get('mode', '?')} --ctx {r.get('ctx', '?')}"
+        ms, gbs, pct = rates(r, copy_gbs)
+        print(f"| {a.date} | {a.commit} | {a.device} | {a.model} | {weights} | {r.get('ctx', '-')} | {backend} | "
+              f"{fmt_num(ms, '.3f')} | {fmt_num(r.get('tokens_per_s'), '.1f')} | {fmt_num(gbs, '.0f')} | "
+              f"{fmt_num(pct, '.1f')} | `{command}` |")
+    return 0
+
+
+def summary(a):
+    records, copy = read_records(a.bench)
     copy_gbs = copy["gb_per_s"] if copy else None
 
     print("| stage | result | seconds |")
@@ -81,9 +125,7 @@ def summary(a):
         if r.get("error"):
             print(f"| {name} | {dtype} | {r.get('ctx', '-')} | error: {r['error'][:60]} | | | |")
             continue
-        ms, wb = r.get("ms_per_token"), r.get("weight_bytes")
-        gbs = wb / (ms * 1e-3) / 1e9 if ms and wb else None
-        pct = 100 * gbs / copy_gbs if gbs and copy_gbs else None
+        ms, gbs, pct = rates(r, copy_gbs)
         print(f"| {name} | {dtype} | {r.get('ctx', '-')} | {fmt_num(ms, '.3f')} | "
               f"{fmt_num(r.get('tokens_per_s'), '.1f')} | {fmt_num(gbs, '.0f')} | {fmt_num(pct, '.1f')} |")
     print()
@@ -99,11 +141,17 @@ def main():
     w.add_argument("--dtype", required=True)
     w.add_argument("--flags", default="")
     w.add_argument("--ctx-map", default="")
+    w.add_argument("--command", default="")
     s = sub.add_parser("summary")
     s.add_argument("bench")
     s.add_argument("stages")
+    r = sub.add_parser("results")
+    r.add_argument("bench", nargs="?", default="")
+    r.add_argument("--header-only", action="store_true")
+    for field in ("date", "commit", "device", "model"):
+        r.add_argument("--" + field, default="?")
     a = ap.parse_args()
-    return wrap_mk(a) if a.cmd == "wrap-mk" else summary(a)
+    return {"wrap-mk": wrap_mk, "summary": summary, "results": results}[a.cmd](a)
 
 
 if __name__ == "__main__":

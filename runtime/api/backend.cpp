@@ -110,6 +110,7 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         CudaKernelsOptions ko;
         ko.ctx_len = o.ctx_len;
         ko.graph = o.graph;
+        ko.watchdog_ms = o.watchdog_ms;
         return make_cuda_kernels_program(model, std::move(schedule), ko);
     }
 #endif

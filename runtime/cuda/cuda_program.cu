@@ -1,11 +1,10 @@
-// The megakernel Program (see cuda_program.hpp): uploads the program state, launches the resident
-// interpreter once (or once per step), posts commands through pinned memory and waits for answers
-// with its own timeout, so a stuck or dead kernel becomes an error, never a hang. With --tp on separate
-// GPUs it does this for one kernel per GPU, each running one rank, and treats them as one.
+// The megakernel Program (see cuda_program.hpp): uploads the program state and launches the resident
+// interpreter once (or once per step); KernelHost posts its commands and bounds every wait on it, so a
+// stuck or dead kernel becomes an error, never a hang. With --tp on separate GPUs: one kernel per GPU,
+// each running one rank, treated as one.
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -16,21 +15,14 @@
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/interpreter.hpp"
+#include "runtime/cuda/kernel_host.hpp"
 #include "runtime/cuda/page_ring.hpp"
 #include "runtime/cuda/peer_exchange.hpp"
 #include "runtime/cuda/trace.hpp"
-#include "runtime/stall_report.hpp"
 
 namespace mk {
 
 namespace {
-
-// The device writes these while the kernel runs: read them through volatile, then order what follows.
-uint32_t device_written(const uint32_t& value) {
-    const uint32_t v = *static_cast<const volatile uint32_t*>(&value);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    return v;
-}
 
 class PinnedMailbox {
 public:
@@ -76,9 +68,33 @@ struct Gpu {
     uint32_t n_blocks() const { return uint32_t(state->layout.stream_begin.size() - 1); }
 };
 
-class MegakernelProgram final : public CudaProgram {
+// How a refused second resident program names the one that holds the device.
+std::string resident_name(const Model& model, const Schedule& schedule) {
+    static std::atomic<uint32_t> serial{0};
+    return fmt::format("the resident megakernel #{} ({}, {} blocks)", ++serial, model.path.filename().string(),
+                       schedule.streams.size());
+}
+
+KernelHostOptions host_options(const Model& model, const Schedule& schedule, const CudaProgramOptions& options) {
+    KernelHostOptions h;
+    h.resident = !options.stepwise;
+    h.watchdog_ms = options.watchdog_ms;
+    h.name = resident_name(model, schedule);
+    if (options.separate_gpus && schedule.tp_size > 1) {
+        for (uint32_t r = 0; r < schedule.tp_size; ++r) h.devices.push_back(int(r));
+    } else {
+        int device = 0;
+        check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+        h.devices.push_back(device);
+    }
+    return h;
+}
+
+class MegakernelProgram final : public Program {
 public:
-    MegakernelProgram(const Model& model, Schedule schedule, const CudaProgramOptions& options) : options_(options) {
+    // The device is claimed (host_) before anything is uploaded, so a second resident program fails fast.
+    MegakernelProgram(const Model& model, Schedule schedule, const CudaProgramOptions& options)
+        : options_(options), host_(cuda_device_api(), host_options(model, schedule, options)) {
         if (options.separate_gpus && schedule.tp_size > 1) {
             open_separate_gpus(model, schedule);
         } else {
@@ -88,21 +104,21 @@ public:
             prepare(*gpu);
             gpus_.push_back(std::move(gpu));
         }
+        for (auto& gpu : gpus_)
+            host_.add({gpu->device, gpu->first_rank, gpu->stream, gpu->mailbox->host_, gpu->mailbox->tokens_,
+                       gpu->mailbox->device_tokens_, gpu->state->ctx_len, &gpu->state->schedule});
         if (!options.stepwise)
             for (auto& gpu : gpus_) launch(*gpu);
     }
 
     ~MegakernelProgram() override {
-        if (running_) {
-            Command exit{};
-            exit.kind = uint32_t(CommandKind::exit);
-            post(exit);
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-            while (!all_ended() && std::chrono::steady_clock::now() < deadline)
-                std::this_thread::sleep_for(std::chrono::microseconds(100));
-            if (!all_ended()) abort_all();
+        if (!host_.shutdown()) {
+            // A kernel that ignored the abort may still use this memory, and freeing it would wait for that
+            // kernel: leak it instead (the device is unusable until the process exits anyway).
+            for (auto& gpu : gpus_) (void)gpu.release();
+            (void)exchange_.release();
+            return;
         }
-        synchronize_all();
         if (!options_.trace_file.empty() && gpus_[0]->trace.bytes()) {
             try {
                 write_trace(options_.trace_file);
@@ -113,54 +129,40 @@ public:
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
         DeviceState& first = *gpus_[0]->state;
-        first.check_step(token, pos, next_pos_);
-        for (auto& gpu : gpus_) gpu->mailbox->tokens_[0] = token;
-        execute(run_command(1, pos, 1));
+        first.check_step(token, pos, host_.next_pos());
+        if (host_.broken()) recover();
+        const Command c = host_.command(1, std::span<const int32_t>(&token, 1));
+        if (options_.stepwise)
+            for (auto& gpu : gpus_) launch(*gpu, &c);
+        host_.run(c);
         first.new_step();
-        const int32_t sampled = first.sampled_token(gpus_[0]->mailbox->host_->tokens[0], params, history, pos);
-        ++epoch_;
-        ++next_pos_;
-        return sampled;
+        return first.sampled_token(host_.last_token(), params, history, pos);
     }
 
-    std::vector<int32_t> generate(std::span<const int32_t> prompt, uint32_t n_new, std::span<const int32_t> stop_tokens,
-                                  const std::function<void(int32_t)>& on_token) override {
+    bool runs_generation(const SamplingParams& params, size_t n_stop) const override {
+        return !options_.stepwise && device_loop_samples(params) && n_stop <= kMaxStopTokens;
+    }
+
+    DeviceLoopResult run_generation(std::span<const int32_t> prompt, uint32_t n_new, std::span<const int32_t> stop_tokens,
+                                    const std::function<bool(int32_t)>& on_token,
+                                    const std::atomic<bool>* cancel) override {
         if (prompt.empty() || n_new == 0) return {};
-        if (options_.stepwise) fail("generate: the device-side loop needs the resident kernel (not --stepwise)");
-        if (stop_tokens.size() > kMaxStopTokens) fail("generate: at most {} stop tokens", kMaxStopTokens);
         DeviceState& first = *gpus_[0]->state;
-        const uint32_t n_steps = uint32_t(prompt.size()) + n_new - 1;
-        if (next_pos_ + n_steps > first.ctx_len)
+        const uint32_t pos0 = host_.next_pos(), n_steps = uint32_t(prompt.size()) + n_new - 1;
+        if (pos0 + n_steps > first.ctx_len)
             fail("generate: {} prompt and {} new tokens exceed the context of {}", prompt.size(), n_new, first.ctx_len);
-        for (uint32_t i = 0; i < prompt.size(); ++i) {
-            first.check_step(prompt[i], int32_t(next_pos_ + i), next_pos_ + i);
-            for (auto& gpu : gpus_) gpu->mailbox->tokens_[i] = prompt[i];
-        }
-        Command c = run_command(n_steps, int32_t(next_pos_), uint32_t(prompt.size()));
-        c.n_stop = uint32_t(stop_tokens.size());
-        std::copy(stop_tokens.begin(), stop_tokens.end(), c.stop_tokens);
-        std::vector<int32_t> out;
-        Mailbox& m = *gpus_[0]->mailbox->host_;  // every rank samples the same token; the first GPU's are read
-        uint32_t streamed = uint32_t(prompt.size()) - 1;  // the first generated token is step n_prompt - 1's
-        execute(c, [&](uint32_t steps_done) {
-            for (; streamed < steps_done; ++streamed) {
-                const int32_t token = m.tokens[streamed % kTokenRing];
-                out.push_back(token);
-                if (on_token) on_token(token);
-            }
-        });
-        const uint32_t done = m.steps_done;
-        epoch_ += done;
-        next_pos_ += done;
+        for (uint32_t i = 0; i < prompt.size(); ++i) first.check_step(prompt[i], int32_t(pos0 + i), pos0 + i);
+        if (host_.broken()) recover();
+        DeviceLoopResult r = host_.generate(prompt, n_new, stop_tokens, on_token, cancel);
         first.new_step();
-        return out;
+        return r;
     }
 
     std::span<const float> logits() const override {
         check_cuda(cudaSetDevice(gpus_[0]->device), "cudaSetDevice");  // rank 0's arena holds them
         return gpus_[0]->state->host_logits();
     }
-    void reset() override { next_pos_ = 0; }
+    void reset() override { host_.reset_position(); }
     const Schedule& schedule() const override { return gpus_[0]->state->schedule; }
     uint32_t ctx_len() const override { return gpus_[0]->state->ctx_len; }
     const char* backend_name() const override { return options_.stepwise ? "cuda-stepwise" : "cuda"; }
@@ -241,16 +243,6 @@ private:
         gpu.mailbox = std::make_unique<PinnedMailbox>(gpu.state->ctx_len);
     }
 
-    Command run_command(uint32_t n_steps, int32_t pos0, uint32_t n_tokens) const {
-        Command c{};
-        c.kind = uint32_t(CommandKind::run);
-        c.n_steps = n_steps;
-        c.epoch0 = epoch_;
-        c.pos0 = pos0;
-        c.n_tokens = n_tokens;
-        return c;
-    }
-
     InterpreterParams params(const Gpu& gpu) const {
         const DeviceState& s = *gpu.state;
         InterpreterParams p{};
@@ -294,146 +286,21 @@ private:
         const std::string error = launch_interpreter(p, gpu.stream);
         if (!error.empty())
             fail("--backend cuda: launching the interpreter on {} SMs of GPU {} failed: {}", p.n_sms, gpu.device, error);
-        running_ = !options_.stepwise;
-    }
-
-    void post(const Command& c) {
-        ++seq_;
-        for (auto& gpu : gpus_) {
-            Mailbox& m = *gpu->mailbox->host_;
-            m.command = c;
-            m.command.tokens = gpu->mailbox->device_tokens_;
-            m.steps_done = 0;
-            m.stopped = 0;
-            m.cancel = 0;
-            std::atomic_thread_fence(std::memory_order_seq_cst);
-            m.command_seq = seq_;
-        }
-    }
-
-    bool all_ended() const {
-        for (const auto& gpu : gpus_)
-            if (cudaStreamQuery(gpu->stream) == cudaErrorNotReady) return false;
-        return true;
-    }
-    void abort_all() {
-        for (auto& gpu : gpus_) gpu->mailbox->host_->host_abort = 1;
-    }
-    void synchronize_all() {
-        for (auto& gpu : gpus_) {
-            cudaSetDevice(gpu->device);
-            cudaStreamSynchronize(gpu->stream);
-        }
-    }
-    bool any_fault() const {
-        for (const auto& gpu : gpus_)
-            if (device_written(gpu->mailbox->host_->fault.flag) != 0) return true;
-        return false;
-    }
-
-    // Runs one command to its end; progress(steps_done) is called as tokens arrive (resident mode).
-    void execute(const Command& c, const std::function<void(uint32_t)>& progress = {}) {
-        if (broken_) recover();
-        Mailbox& first = *gpus_[0]->mailbox->host_;
-        if (options_.stepwise) {
-            for (auto& gpu : gpus_) {
-                gpu->mailbox->host_->steps_done = 0;
-                launch(*gpu, &c);
-            }
-            for (auto& gpu : gpus_) {
-                check_cuda(cudaSetDevice(gpu->device), "cudaSetDevice");
-                check_cuda(cudaStreamSynchronize(gpu->stream), "the interpreter kernel");
-            }
-            check_fault();
-            if (progress) progress(first.steps_done);
-            return;
-        }
-        post(c);
-        // The device's watchdog fires first; this bound only catches a kernel that stopped answering.
-        const auto limit = std::chrono::milliseconds(uint64_t(options_.watchdog_ms) * 4 + 10000);
-        auto last_progress = std::chrono::steady_clock::now();
-        uint32_t seen = 0;
-        for (;;) {
-            bool done = true;
-            for (const auto& gpu : gpus_) done = done && gpu->mailbox->host_->run_done == seq_;
-            if (done) break;
-            if (first.steps_done != seen) {
-                seen = first.steps_done;
-                last_progress = std::chrono::steady_clock::now();
-                if (progress) progress(seen);
-            }
-            if (any_fault()) break;
-            for (const auto& gpu : gpus_) {
-                const cudaError_t q = cudaStreamQuery(gpu->stream);
-                if (q != cudaErrorNotReady) {
-                    running_ = false;
-                    broken_ = true;
-                    abort_all();  // the other GPUs' kernels would wait for this one's transfers
-                    check_cuda(q, "the resident interpreter kernel");
-                    fail("the resident interpreter kernel on GPU {} ended unexpectedly", gpu->device);
-                }
-            }
-            if (std::chrono::steady_clock::now() - last_progress > limit) {
-                abort_all();
-                break;
-            }
-            // Busy-poll while tokens flow (a sleep would add its granularity to every step's latency);
-            // back off only when nothing has arrived for a while.
-            if (std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(50))
-                std::this_thread::sleep_for(std::chrono::microseconds(20));
-            else
-                std::this_thread::yield();
-        }
-        if (progress) progress(first.steps_done);
-        if (any_fault() || first.host_abort) {
-            abort_all();  // one GPU's fault leaves its peers waiting for its transfers
-            synchronize_all();
-            running_ = false;
-            broken_ = true;
-            check_fault();
-            fail("the resident interpreter kernel stopped answering for {} ms and was aborted",
-                 std::chrono::duration_cast<std::chrono::milliseconds>(limit).count());
-        }
-    }
-
-    // Reports the first GPU's fault record that a watchdog (not the host's abort) wrote, else the first.
-    void check_fault() {
-        const Gpu* faulted = nullptr;
-        uint32_t faulted_flag = 0;
-        for (const auto& gpu : gpus_) {
-            const uint32_t flag = device_written(gpu->mailbox->host_->fault.flag);
-            if (flag != 0 && (!faulted || (flag == 1 && faulted_flag != 1))) {
-                faulted = gpu.get();
-                faulted_flag = flag;
-            }
-        }
-        if (!faulted) return;
-        const FaultRecord f = faulted->mailbox->host_->fault;
-        broken_ = true;
-        const Schedule& s = faulted->state->schedule;
-        const std::string where = gpus_.size() > 1 ? fmt::format(" on GPU {} (rank {})", faulted->device, faulted->first_rank) : "";
-        if (f.counter == 0xffffffffu)
-            fail("CUDA watchdog{}: sm {} waited {} ms for the previous step's token (step {})", where, f.sm,
-                 f.waited_ns / 1000000, f.epoch);
-        // The record names the block; its stream in the combined schedule follows its rank's.
-        BlockedStream b{faulted->first_rank * s.target.n_sms + f.sm, f.index, uint16_t(f.counter), f.value, f.target};
-        fail("CUDA watchdog{}: {} after {} ms\n{}", where, f.flag == 2 ? "aborted by the host" : "a wait exceeded the bound",
-             f.waited_ns / 1000000, format_stall_report(s, f.epoch, std::span<const BlockedStream>(&b, 1)));
+        host_.set_running(!options_.stepwise);
     }
 
     // After a fault the counters are mid-step: start them over (targets are epoch-relative) and relaunch.
     void recover() {
-        synchronize_all();
+        host_.abort_and_wait();
+        if (host_.wedged()) fail("CUDA: the kernel on GPU {} did not end after the abort; the device is unusable until "
+                                 "this process exits", gpus_[0]->device);
         for (auto& gpu : gpus_) {
             check_cuda(cudaSetDevice(gpu->device), "cudaSetDevice");
             cudaGetLastError();
             gpu->state->reset_counters();
             check_cuda(cudaMemset(gpu->control.as<void>(), 0, gpu->control.bytes()), "resetting the control block");
-            std::memset(static_cast<void*>(gpu->mailbox->host_), 0, sizeof(Mailbox));
         }
-        epoch_ = 0;
-        seq_ = 0;
-        broken_ = false;
+        host_.reset_after_relaunch();
         if (!options_.stepwise)
             for (auto& gpu : gpus_) launch(*gpu);
     }
@@ -445,22 +312,21 @@ private:
         std::vector<TraceRecord> records(n);
         check_cuda(cudaMemcpy(records.data(), gpu.trace.as<void>(), gpu.trace.bytes(), cudaMemcpyDeviceToHost),
                    "reading the trace");
-        const uint32_t steps = std::min(epoch_, options_.trace_steps);
+        const uint32_t steps = std::min(host_.epoch(), options_.trace_steps);
         write_chrome_trace(path, gpu.state->schedule, gpu.state->layout, records, steps);
         fmt::print(stderr, "{}\ntrace written to {}\n",
                    format_trace_summary(summarize_trace(gpu.state->layout, records, steps)), path);
     }
 
     CudaProgramOptions options_;
+    KernelHost host_;  // the mailbox protocol and every bounded wait; holds the device claim longest
     std::unique_ptr<PeerExchange> exchange_;  // separate GPUs only; outlives the GPUs' states that point into it
     std::vector<std::unique_ptr<Gpu>> gpus_;  // the first runs rank 0
-    uint32_t epoch_ = 0, next_pos_ = 0, seq_ = 0;
-    bool running_ = false, broken_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<CudaProgram> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options) {
+std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options) {
     return std::make_unique<MegakernelProgram>(model, std::move(schedule), options);
 }
 

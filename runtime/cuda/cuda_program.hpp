@@ -4,7 +4,6 @@
 // as a CUDA graph). Built only with CUDA; the host logic they share is in upload_layout and control.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,22 +22,15 @@ struct CudaProgramOptions {
     uint32_t trace_steps = 64;
 };
 
-// The megakernel Program, with the device-side generation loop beside the step-by-step interface.
-class CudaProgram : public Program {
-public:
-    // Runs the prompt and up to n_new generated tokens in one command: the device feeds each sampled
-    // token to the next step itself (greedy sampling on the device). on_token sees each generated
-    // token as it lands in the pinned ring. Returns the generated tokens (a stop token included).
-    virtual std::vector<int32_t> generate(std::span<const int32_t> prompt, uint32_t n_new,
-                                          std::span<const int32_t> stop_tokens,
-                                          const std::function<void(int32_t)>& on_token) = 0;
-};
-
-// Throws mk::Error when there is no usable device, or the schedule, model or context do not fit it.
-std::unique_ptr<CudaProgram> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options);
+// The megakernel Program; unless stepwise, its resident kernel runs whole generations (run_generation).
+// One resident megakernel per device: a second one, or any launch on a device that runs one, is refused
+// with an mk::Error naming it (it could never start). Throws mk::Error when there is no usable device,
+// or the schedule, model or context do not fit it.
+std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options);
 
 struct CudaKernelsOptions {
     uint32_t ctx_len = 0;
+    uint32_t watchdog_ms = 2000;  // a step not done in 4x this + 10 s is reported (the kernels cannot be aborted)
     bool graph = false;  // capture each step's launches once and replay them as a CUDA graph
 };
 std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule,

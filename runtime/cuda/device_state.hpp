@@ -30,6 +30,7 @@ public:
     template <typename T>
     T* as() const { return static_cast<T*>(data_); }
     uint64_t bytes() const { return bytes_; }
+    void leak() { data_ = nullptr; }  // a kernel that would not end may still use it: never freed
 
 private:
     void* data_ = nullptr;

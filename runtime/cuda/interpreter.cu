@@ -22,9 +22,15 @@ struct SharedState {
     PageRing consumer_ring;
     Command command;
     int32_t token;     // this step's input token
+    uint32_t have_command;  // the command gate's verdict: 0 ends the kernel
     uint32_t go;       // the step gate's verdict: 0 ends the command (or the kernel)
     uint32_t ok;       // the end-of-step verdict: 0 after an abort (a separate word: the gate may overwrite go)
-    uint32_t failed;   // a consumer wait was aborted
+    // A consumer wait was aborted (rank 0, before the team barrier that publishes it), and a page wait saw
+    // the abort during the op (any thread, before the next barrier). Two words: rank 0 may raise the
+    // first for the next instruction while a slow thread still reads the second for this one. Both only
+    // go 0 -> 1 within a step (failure is terminal) and are cleared at the step gate.
+    uint32_t wait_failed;
+    uint32_t op_failed;
 };
 
 __device__ bool is_stop_token(const Command& c, int32_t token) {
@@ -68,11 +74,20 @@ struct Loader {
         }
         return true;
     }
-    // Bulk copies still in flight must land before the block's shared memory goes away.
-    __device__ void drain() {
+    // Bulk copies still in flight must land before the block's shared memory goes away. They land in
+    // microseconds on a healthy device; one that has not after the watchdog's bound (1 s without one)
+    // is reported (fault flag 3) rather than waited for without end.
+    __device__ void drain(const WaitGuard& guard) {
+        const uint64_t start = cuda_sync::global_timer_ns();
+        const uint64_t bound_ns = guard.bound_ns ? guard.bound_ns : 1000000000ull;
         for (uint32_t p = 0; p < P.n_pages; ++p)
             if (filled_once >> p & 1u)
                 while (!mbarrier_try_wait(&pages.full[p], (fill_parity >> p & 1u) ^ 1u)) {
+                    const uint64_t waited = cuda_sync::global_timer_ns() - start;
+                    if (waited > bound_ns) {
+                        cuda_sync::raise_fault(guard, 3, 0xfffffffdu, p, 0, waited);
+                        return;
+                    }
                 }
     }
 };
@@ -101,7 +116,7 @@ struct Consumers {
                     const uint64_t target = uint64_t(guard.epoch) * P.step_totals[wait.counter] + wait.target;
                     if (!cuda_sync::wait_at_least<uint64_t>(&counters[wait.counter], target, guard, wait.counter,
                                                             P.counter_is_remote[wait.counter] != 0)) {
-                        sh.failed = 1;
+                        sh.wait_failed = 1;
                         break;
                     }
                 }
@@ -109,7 +124,7 @@ struct Consumers {
                 if (trace) trace->ready = cuda_sync::global_timer_ns();
             }
             team.sync();
-            if (sh.failed) return false;
+            if (sh.wait_failed) return false;
 
             const uint32_t tb = P.tile_begin[i];
             PageTiles tiles{pages, &sh.consumer_ring, P.tiles + tb, P.tile_begin[i + 1] - tb,
@@ -117,9 +132,9 @@ struct Consumers {
                             trace ? &trace->load_end : nullptr, guard, true};
             run_device_op(ins, ctx, team, tiles);
             full_parity = tiles.full_parity;
-            if (!tiles.ok) sh.failed = 1;  // a page wait saw the abort (threads may see it at different times)
-            team.sync();                   // the op's stores are done before they are published
-            if (sh.failed) return false;   // so the whole team leaves together
+            if (!tiles.ok) sh.op_failed = 1;  // a page wait saw the abort (threads may see it at different times)
+            team.sync();                      // the op's stores are done before they are published
+            if (sh.op_failed) return false;   // so the whole team leaves together
             if (team.rank == 0) {
                 if (Opcode(ins.opcode) == Opcode::transfer) {
                     // The peer's counter, after the copy into its memory: system scope (NVLink, another GPU).
@@ -181,7 +196,10 @@ __device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader&
     const uint32_t sm = blockIdx.x, tid = threadIdx.x;
     const uint32_t begin = P.stream_begin[sm], end = P.stream_begin[sm + 1];
     const Command& c = sh.command;
-    for (uint32_t s = 0; s < c.n_steps; ++s) {
+    // A register copy: thread 0 may overwrite sh.command with the next command while a slow thread still
+    // tests the loop's end after the last step.
+    const uint32_t n_steps = c.n_steps;
+    for (uint32_t s = 0; s < n_steps; ++s) {
         // Gate: step s starts once step s - 1 sampled its token (it is step s's input) and did not stop the run.
         if (tid == 0) {
             bool go = true;
@@ -194,7 +212,8 @@ __device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader&
                                           : *reinterpret_cast<volatile const int32_t*>(P.ctx.arena + P.token_off);
             }
             sh.go = go ? 1u : 0u;
-            sh.failed = 0;
+            sh.wait_failed = 0;
+            sh.op_failed = 0;
         }
         __syncthreads();
         if (!sh.go) return;
@@ -234,7 +253,8 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         sh.loader_ring.reset(P.n_pages);
         sh.consumer_ring.reset(P.n_pages);
-        sh.failed = 0;
+        sh.wait_failed = 0;
+        sh.op_failed = 0;
         sh.ok = 1;
     }
     __syncthreads();
@@ -273,10 +293,11 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
                     ok = cuda_sync::wait_at_least<uint32_t>(&P.control->command_seq, seq, idle, 0xfffffffeu);
                 }
                 sh.command = P.control->command;
-                sh.go = ok ? 1u : 0u;
+                // Not sh.go: run_command's first gate writes that while slow threads may still read this.
+                sh.have_command = ok ? 1u : 0u;
             }
             __syncthreads();
-            if (!sh.go || CommandKind(sh.command.kind) == CommandKind::exit) break;
+            if (!sh.have_command || CommandKind(sh.command.kind) == CommandKind::exit) break;
             run_command(P, sh, loader, consumers, ctx, guard);
             if (!sh.ok) break;
             // The host may post the next command once every block is done with this one.
@@ -290,7 +311,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
         }
     }
     __syncthreads();
-    if (tid == 0) loader.drain();
+    if (tid == 0) loader.drain(guard);
 }
 
 }  // namespace

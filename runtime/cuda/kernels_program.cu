@@ -9,6 +9,7 @@
 
 #include "models/error.hpp"
 #include "runtime/cuda/cuda_program.hpp"
+#include "runtime/cuda/device_api.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/op_kernels.hpp"
 
@@ -23,19 +24,30 @@ public:
     KernelsProgram(const Model& model, Schedule schedule, const CudaKernelsOptions& options)
         : options_(options), state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
         order_stages();
+        check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
         check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 2 * sizeof(int32_t)), "step state");
         step_state_ = DeviceBuffer(2 * sizeof(int32_t), "step state");
         scratch_bytes_ = 4 * (state_->schedule.dims.d_model + 1024);
     }
     ~KernelsProgram() override {
+        std::string error;
+        const StreamRef s{device_, stream_};
+        if (wedged_ || wait_streams(cuda_device_api(), std::span(&s, 1), limit_ns(), error) == WaitEnd::timed_out) {
+            // Kernels still running would make every free below wait for them: leak the memory instead.
+            (void)state_.release();
+            for (DeviceBuffer* b : {&instructions_, &tile_begin_, &tiles_, &step_state_}) b->leak();
+            return;
+        }
         if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-        if (stream_) cudaStreamSynchronize(stream_);
         cudaStreamDestroy(stream_);
         cudaFreeHost(host_step_);
     }
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
+        if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
+                          "process exits", device_);
+        check_no_resident(device_, "a kernel-per-op step");
         state_->check_step(token, pos, next_pos_);
         host_step_[0] = pos;
         host_step_[1] = token;
@@ -50,7 +62,7 @@ public:
         check_cuda(cudaMemcpyAsync(host_step_, state_->ctx.arena + state_->schedule.token_off, sizeof(int32_t),
                                    cudaMemcpyDeviceToHost, stream_),
                    "reading the token");
-        check_cuda(cudaStreamSynchronize(stream_), "the step's kernels");
+        wait_step();
         state_->new_step();
         const int32_t sampled = state_->sampled_token(host_step_[0], params, history, pos);
         ++next_pos_;
@@ -65,6 +77,24 @@ public:
     uint32_t n_threads() const override { return 1; }
 
 private:
+    // The kernels cannot be aborted (no counters, no watchdog): a step past the bound is reported and the
+    // program is lost, never waited for without end.
+    uint64_t limit_ns() const { return (4ull * options_.watchdog_ms + 10000) * 1000000ull; }
+    void wait_step() {
+        std::string error;
+        const StreamRef s{device_, stream_};
+        switch (wait_streams(cuda_device_api(), std::span(&s, 1), limit_ns(), error)) {
+        case WaitEnd::idle:
+            return;
+        case WaitEnd::failed:
+            fail("CUDA: the step's kernels failed: {}", error);
+        case WaitEnd::timed_out:
+            wedged_ = true;
+            fail("CUDA: the step's kernels on GPU {} did not end within {} ms; the device is unusable until this "
+                 "process exits", device_, limit_ns() / 1000000);
+        }
+    }
+
     // Every instruction in sequential (seq) order, its tiles with it, cut into stages.
     void order_stages() {
         const UploadLayout& layout = state_->layout;
@@ -131,6 +161,8 @@ private:
     int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out
     uint32_t scratch_bytes_ = 0;
     uint32_t next_pos_ = 0;
+    int device_ = 0;
+    bool wedged_ = false;
 };
 
 }  // namespace

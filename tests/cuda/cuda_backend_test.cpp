@@ -15,6 +15,7 @@
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
 #include "runtime/api/backend.hpp"
+#include "runtime/engine.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"
 #include "scheduler/compile.hpp"
@@ -108,6 +109,16 @@ TEST_CASE("CUDA smoke: the device is usable and one step matches the CPU", "[cud
     }
 }
 
+// What tools/gpu-check.sh runs under compute-sanitizer (memcheck, synccheck, racecheck): the smallest
+// model, two stepwise launches (a kernel that ends, so the tools see its whole life), checked against the CPU.
+TEST_CASE("CUDA sanitize: two stepwise steps of the tiny model match the CPU", "[cuda][sanitize]") {
+    Model model = synthetic("synthetic:tiny-llama:f32:seed=21");
+    const std::vector<int32_t> tokens = test_tokens(model, 2);
+    auto cpu = program_for(model, "cpu");
+    auto gpu = program_for(model, "cuda", true);
+    check_against(teacher_forced(*gpu, tokens), teacher_forced(*cpu, tokens), 1e-4, "tiny f32 stepwise");
+}
+
 TEST_CASE("CUDA smoke: the watchdog ends an unmeetable wait with a fault report, not a hang", "[cuda][smoke]") {
     Model model = synthetic("synthetic:tiny-llama:f32:seed=21");
     api::BackendOptions o;
@@ -165,35 +176,61 @@ TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise
     o.backend = "cuda";
     o.ctx_len = 512;
     const Schedule s = resolve_schedule(model, o);
-
     CudaProgramOptions resident_options;
     resident_options.ctx_len = 512;
-    auto resident = make_cuda_program(model, s, resident_options);
-    std::vector<int32_t> streamed;
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<int32_t> generated = resident->generate(prompt, 128, {}, [&](int32_t t) { streamed.push_back(t); });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    WARN("resident generate: 8 prompt + 128 new tokens in " << seconds * 1000 << " ms");
-    CHECK(streamed == generated);
-    REQUIRE(generated.size() == 128);
 
-    CudaProgramOptions stepwise_options = resident_options;
-    stepwise_options.stepwise = true;
-    auto stepwise = make_cuda_program(model, s, stepwise_options);
+    // One resident megakernel per device: each program below ends before the next one starts.
+    std::vector<int32_t> streamed, generated;
+    {
+        auto resident = make_cuda_program(model, s, resident_options);
+        const auto t0 = std::chrono::steady_clock::now();
+        generated = resident
+                        ->run_generation(prompt, 128, {}, [&](int32_t t) { streamed.push_back(t); return true; }, nullptr)
+                        .tokens;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        WARN("resident generate: 8 prompt + 128 new tokens in " << seconds * 1000 << " ms");
+        CHECK(streamed == generated);
+        REQUIRE(generated.size() == 128);
+        // A second live resident megakernel on this device could never start: it is refused, naming the first.
+        CHECK_THROWS_WITH(make_cuda_program(model, s, resident_options),
+                          Catch::Contains("already runs the resident megakernel"));
+    }
+
     std::vector<int32_t> expected;
-    int32_t next = 0;
-    for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
-    for (int32_t p = int32_t(prompt.size()); expected.size() < 128; ++p) {
-        expected.push_back(next);
-        if (expected.size() < 128) next = stepwise->step(next, p, {}, {});
+    {
+        CudaProgramOptions stepwise_options = resident_options;
+        stepwise_options.stepwise = true;
+        auto stepwise = make_cuda_program(model, s, stepwise_options);
+        int32_t next = 0;
+        for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
+        for (int32_t p = int32_t(prompt.size()); expected.size() < 128; ++p) {
+            expected.push_back(next);
+            if (expected.size() < 128) next = stepwise->step(next, p, {}, {});
+        }
     }
     CHECK(generated == expected);
 
     // A stop token ends the device-side run early, and the program carries on from where it stopped.
-    auto stopping = make_cuda_program(model, s, resident_options);
-    const std::vector<int32_t> stop = {expected[5]};
-    const auto first = std::find(expected.begin(), expected.end(), expected[5]);
-    CHECK(stopping->generate(prompt, 128, stop, {}) == std::vector<int32_t>(expected.begin(), first + 1));
+    {
+        auto stopping = make_cuda_program(model, s, resident_options);
+        const std::vector<int32_t> stop = {expected[5]};
+        const auto first = std::find(expected.begin(), expected.end(), expected[5]);
+        const DeviceLoopResult r = stopping->run_generation(prompt, 128, stop, {}, nullptr);
+        CHECK(r.tokens == std::vector<int32_t>(expected.begin(), first + 1));
+        CHECK(r.stopped);
+        CHECK(r.n_steps == prompt.size() + size_t(first - expected.begin()));
+        CHECK_NOTHROW(stopping->step(1, int32_t(r.n_steps), {}, {}));
+    }
+
+    // mk generate's path: the Engine runs the whole generation as one device command.
+    Engine engine(model, make_cuda_program(model, s, resident_options));
+    REQUIRE(engine.program().runs_generation(SamplingParams{}, 0));
+    GenerateOptions go;
+    go.n_predict = 128;
+    go.stop_at_eog = false;
+    const GenerateStats stats = engine.generate(prompt, go, [](std::string_view) { return true; });
+    CHECK(stats.tokens == expected);
+    CHECK(stats.n_past == int32_t(prompt.size()) + 127);
 }
 
 }  // namespace mk

@@ -117,9 +117,7 @@ const Mode kResident{"resident", "cuda", false, false}, kStepwise{"stepwise", "c
 std::vector<int32_t> device_generate(const Model& model, uint32_t tp, const std::vector<int32_t>& prompt,
                                      uint32_t n_new) {
     auto program = loopback_program(model, "cuda", tp, false, false);
-    auto* cuda = dynamic_cast<CudaProgram*>(program.get());
-    REQUIRE(cuda);
-    return cuda->generate(prompt, n_new, {}, {});
+    return program->run_generation(prompt, n_new, {}, {}, nullptr).tokens;
 }
 
 }  // namespace

@@ -1,0 +1,56 @@
+// The seam between the host and a device: the few non-blocking calls every host wait on a kernel is
+// built from, so that no wait can hang. Implemented by the CUDA runtime (cuda_device_api(), mk_cuda), by
+// the CUDA emulator, and by scripted fakes in the CPU tests (a stuck kernel, one that ignores the abort).
+// Also the process-wide claim that keeps a second resident megakernel off a device. Plain C++.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace mk {
+
+class DeviceApi {
+public:
+    enum class Queue { busy, idle, failed };
+    virtual ~DeviceApi() = default;
+    // Never blocks: whether the work queued on `stream` (a cudaStream_t) of `device` has ended; `failed`,
+    // with the reason in `error`, when it ended in an error.
+    virtual Queue query(int device, void* stream, std::string& error) = 0;
+    // The host has nothing to do for about `ns` (0: just yield): a real device sleeps; an emulated or
+    // fake device driven by the host thread runs meanwhile.
+    virtual void idle(uint64_t ns) = 0;
+    // The clock every host bound is measured on (ns, monotonic); an emulator or fake may run its own.
+    virtual uint64_t now_ns() = 0;
+};
+
+// The CUDA runtime's DeviceApi (mk_cuda only; the emulator provides its own).
+DeviceApi& cuda_device_api();
+
+struct StreamRef {
+    int device = 0;
+    void* stream = nullptr;
+};
+enum class WaitEnd { idle, failed, timed_out };
+// Polls until every stream is idle, one failed (`error` says which and why) or `limit_ns` has passed.
+WaitEnd wait_streams(DeviceApi& api, std::span<const StreamRef> streams, uint64_t limit_ns, std::string& error);
+
+// One resident megakernel per device: it holds every SM's shared memory for its whole life, so nothing
+// else launched on that device (a second resident kernel, a stepwise or kernel-per-op step) could ever
+// start. A Program claims its devices for as long as its resident kernel may run.
+class ResidentClaim {
+public:
+    ResidentClaim() = default;
+    // Throws mk::Error naming the holder when `device` is already claimed in this process.
+    ResidentClaim(int device, std::string holder);
+    ~ResidentClaim();
+    ResidentClaim(ResidentClaim&& other) noexcept : device_(other.device_) { other.device_ = -1; }
+    ResidentClaim& operator=(ResidentClaim&& other) noexcept;
+
+private:
+    int device_ = -1;
+};
+// Throws mk::Error naming the resident megakernel on `device`, if there is one: `what` would never start.
+void check_no_resident(int device, std::string_view what);
+
+}  // namespace mk

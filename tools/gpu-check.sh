@@ -415,7 +415,7 @@ if ((dry_run)); then
   if [[ $tests_state == ok ]]; then
     # Catch2 v2's --list-tags exits with the number of tags, so its output is what counts.
     "$cuda_tests" --list-tags >"$work/tags.txt" 2>&1
-    for tag in cuda smoke ops forward resident tp hf; do
+    for tag in cuda smoke sanitize ops forward resident tp hf; do
       grep -q "\[$tag\]" "$work/tags.txt" || echo "warning: mk_cuda_tests has no [$tag] test case yet"
     done
   fi

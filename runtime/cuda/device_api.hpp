@@ -24,7 +24,9 @@ public:
     virtual uint64_t now_ns() = 0;
 };
 
-// The CUDA runtime's DeviceApi (mk_cuda only; the emulator provides its own).
+// The DeviceApi the CUDA Programs (cuda_program.cu, kernels_program.cu) wait through. A build links one
+// definition: mk_cuda's (cuda_device_api.cpp, the CUDA runtime: stream queries and sleeps), or the
+// emulator's, whose idle() runs the emulated device and whose clock is its virtual time.
 DeviceApi& cuda_device_api();
 
 struct StreamRef {

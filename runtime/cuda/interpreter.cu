@@ -308,6 +308,9 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
                     cuda_sync::system_store(&P.mailbox->run_done, seq);
                 }
             }
+            // Every thread is past this command's reads of sh.command before thread 0 copies in the next
+            // (run_command has no barrier of its own for a command of no steps).
+            __syncthreads();
         }
     }
     __syncthreads();

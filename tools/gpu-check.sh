@@ -282,7 +282,7 @@ find_sanitizer() {
   return 1
 }
 stage_sanitize() {
-  local cs tool log before
+  local cs tool log before n_skipped=0
   cs=$(find_sanitizer)
   for tool in memcheck synccheck racecheck; do
     local cmd=("$cs" --tool "$tool" --error-exitcode 1 --print-limit 20 "$cuda_tests" "[cuda][sanitize]" "${catch_flags[@]}")
@@ -292,6 +292,7 @@ stage_sanitize() {
     fi
     if [[ ! -x $cs ]]; then
       echo "--- compute-sanitizer $tool: SKIPPED (no compute-sanitizer on this machine)" >&2
+      n_skipped=$((n_skipped + 1))
       continue
     fi
     log="$out/sanitize-$tool.log" before=$stage_failed
@@ -300,9 +301,11 @@ stage_sanitize() {
     # Some runtimes refuse the sanitizer ("Device not supported"): that says nothing about our code.
     if grep -qiE 'device not supported|not supported on this (device|platform)|unable to (attach|find injection)' "$log"; then
       stage_failed=$before
+      n_skipped=$((n_skipped + 1))
       echo "--- compute-sanitizer $tool: SKIPPED (the sanitizer cannot attach to this device: $(grep -iE -m1 'not supported|unable to' "$log"))" >&2
     fi
   done
+  ((n_skipped == 3)) && stage_verdict=skipped
 }
 stage_ops() { step 30 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flags[@]}"; }
 stage_forward() { step 45 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
@@ -458,7 +461,7 @@ for s in "${all_stages[@]}"; do
     fi
   fi
   echo "===== stage $s (limit ${stage_limit_s[$s]} s): ${stage_about[$s]}"
-  stage_failed=0
+  stage_failed=0 stage_verdict=ok
   stage_deadline=$((SECONDS + stage_limit_s[$s]))
   t0=$SECONDS
   if ((!dry_run)) && [[ $mk_state != ok || ($s != bench && $s != compiled && $tests_state != ok) ]]; then
@@ -468,7 +471,7 @@ for s in "${all_stages[@]}"; do
   else
     "stage_$s"
   fi
-  result=ok
+  result=$stage_verdict
   if ((stage_failed)); then
     result=FAILED
     failures=$((failures + 1))

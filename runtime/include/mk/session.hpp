@@ -31,7 +31,11 @@ using TextCallback = std::function<bool(std::string_view piece)>;
 
 // Thread safety: a Session is used by one thread at a time, except cancel(), which any thread may call.
 // Separate CPU sessions (of one Model or of several) run on separate threads safely and give the same
-// results as one after the other. Sessions on one GPU will be serialized (the CUDA backend is future work).
+// results as one after the other. On a GPU, a "cuda" Session's resident kernel holds every SM of its
+// device for the Session's life, so sessions are not serialized through it: a second Session on that
+// device (cuda, or a stepwise or cuda-kernels step) is refused with an mk::Error naming the first; end
+// the first Session (destroy it) before starting the next. generate() on "cuda" runs the whole
+// generation as one device command (greedy; other sampling steps per token, sampling on the host).
 class Session {
 public:
     Session(Session&&) noexcept;
@@ -64,7 +68,7 @@ public:
     // should set its own flag instead). Each generate() starts uncancelled.
     void cancel();
 
-    std::string backend() const;  // "cpu"
+    std::string backend() const;  // "cpu", "cuda", "cuda-stepwise", "cuda-kernels", "cuda-kernels-graph"
     uint32_t n_threads() const;
     Schedule schedule() const;
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# tools.gpu_check_dry_run: `tools/gpu-check.sh --dry-run --bin BUILD` passes its checks and prints what a
+# GPU run needs decided in advance: every stage's commands (compute-sanitizer's three tools among them),
+# the early-stop rule, the limits table with its sum within 7 minutes, and where results.md goes with
+# the results table's header.
+#   gpu_check_dry_run_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1 build=$2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+bash "$src/tools/gpu-check.sh" --dry-run --bin "$build" >"$log" 2>&1
+rc=$?
+cat "$log"
+fail=0
+expect() {  # PATTERN WHAT
+  grep -qE -- "$1" "$log" || { echo "gpu_check_dry_run_test: missing $2 (/$1/)"; fail=1; }
+}
+((rc == 0)) || { echo "gpu_check_dry_run_test: the dry run exited $rc"; fail=1; }
+for tool in memcheck synccheck racecheck; do
+  expect "would run .*compute-sanitizer --tool $tool .*\[cuda\]\[sanitize\]" "the $tool command line"
+done
+expect '^on failure: stop \(smoke\) / skip bench \(correctness stages\)$' "the early-stop line"
+for stage in rebuild smoke sanitize ops forward resident tp bench compiled; do
+  expect "^  $stage +[0-9]+  " "the limits table's $stage row"
+done
+sum=$(sed -nE 's/^  sum +([0-9]+) .*/\1/p' "$log")
+[[ -n $sum ]] && ((sum + 20 <= 420)) || { echo "gpu_check_dry_run_test: the limits' sum '$sum' s (+20 s margin) is over 7 minutes"; fail=1; }
+grep -A1 -E '^results: .*/results\.md$' "$log" | grep -qF '| date | commit | device | model | weights | ctx | backend |' \
+  || { echo "gpu_check_dry_run_test: 'results: <out>/results.md' is not followed by the results header"; fail=1; }
+exit $fail

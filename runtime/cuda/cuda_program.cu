@@ -68,18 +68,18 @@ struct Gpu {
     uint32_t n_blocks() const { return uint32_t(state->layout.stream_begin.size() - 1); }
 };
 
-// How a refused second resident program names the one that holds the device.
-std::string resident_name(const Model& model, const Schedule& schedule) {
+// How a refused program names the one that holds the device.
+std::string program_name(const Model& model, const Schedule& schedule, bool stepwise) {
     static std::atomic<uint32_t> serial{0};
-    return fmt::format("the resident megakernel #{} ({}, {} blocks)", ++serial, model.path.filename().string(),
-                       schedule.streams.size());
+    return fmt::format("the {} megakernel #{} ({}, {} blocks)", stepwise ? "stepwise" : "resident", ++serial,
+                       model.path.filename().string(), schedule.streams.size());
 }
 
 KernelHostOptions host_options(const Model& model, const Schedule& schedule, const CudaProgramOptions& options) {
     KernelHostOptions h;
     h.resident = !options.stepwise;
     h.watchdog_ms = options.watchdog_ms;
-    h.name = resident_name(model, schedule);
+    h.name = program_name(model, schedule, options.stepwise);
     if (options.separate_gpus && schedule.tp_size > 1) {
         for (uint32_t r = 0; r < schedule.tp_size; ++r) h.devices.push_back(int(r));
     } else {
@@ -92,7 +92,7 @@ KernelHostOptions host_options(const Model& model, const Schedule& schedule, con
 
 class MegakernelProgram final : public Program {
 public:
-    // The device is claimed (host_) before anything is uploaded, so a second resident program fails fast.
+    // The devices are claimed (host_) before anything is uploaded: a refused program allocates nothing.
     MegakernelProgram(const Model& model, Schedule schedule, const CudaProgramOptions& options)
         : options_(options), host_(cuda_device_api(), host_options(model, schedule, options)) {
         if (options.separate_gpus && schedule.tp_size > 1) {
@@ -107,18 +107,18 @@ public:
         for (auto& gpu : gpus_)
             host_.add({gpu->device, gpu->first_rank, gpu->stream, gpu->mailbox->host_, gpu->mailbox->tokens_,
                        gpu->mailbox->device_tokens_, gpu->state->ctx_len, &gpu->state->schedule});
-        if (!options.stepwise)
-            for (auto& gpu : gpus_) launch(*gpu);
+        if (!options.stepwise) {
+            try {
+                for (auto& gpu : gpus_) launch(*gpu);
+            } catch (...) {  // the kernels already launched end before their memory is freed
+                if (!host_.shutdown()) leak();
+                throw;
+            }
+        }
     }
 
     ~MegakernelProgram() override {
-        if (!host_.shutdown()) {
-            // A kernel that ignored the abort may still use this memory, and freeing it would wait for that
-            // kernel: leak it instead (the device is unusable until the process exits anyway).
-            for (auto& gpu : gpus_) (void)gpu.release();
-            (void)exchange_.release();
-            return;
-        }
+        if (!host_.shutdown()) return leak();
         if (!options_.trace_file.empty() && gpus_[0]->trace.bytes()) {
             try {
                 write_trace(options_.trace_file);
@@ -169,6 +169,13 @@ public:
     uint32_t n_threads() const override { return 1; }
 
 private:
+    // A kernel that ignored the abort may still use this memory, and freeing it would wait for that kernel:
+    // it is leaked instead (the device is unusable until the process exits anyway).
+    void leak() {
+        for (auto& gpu : gpus_) (void)gpu.release();
+        (void)exchange_.release();
+    }
+
     // Tensor parallel on separate GPUs: rank r on device r, each uploaded by a host thread of its own, with
     // its peers' exchange memory in its rank table.
     void open_separate_gpus(const Model& model, const Schedule& schedule) {

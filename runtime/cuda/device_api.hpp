@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 
 namespace mk {
 
@@ -37,22 +36,26 @@ enum class WaitEnd { idle, failed, timed_out };
 // Polls until every stream is idle, one failed (`error` says which and why) or `limit_ns` has passed.
 WaitEnd wait_streams(DeviceApi& api, std::span<const StreamRef> streams, uint64_t limit_ns, std::string& error);
 
-// One resident megakernel per device: it holds every SM's shared memory for its whole life, so nothing
-// else launched on that device (a second resident kernel, a stepwise or kernel-per-op step) could ever
-// start. A Program claims its devices for as long as its resident kernel may run.
-class ResidentClaim {
+// One resident megakernel per device, alone: it holds every SM's shared memory for its whole life, so
+// nothing else launched on that device (a second resident kernel, a stepwise or kernel-per-op step)
+// could ever start, and freeing device memory (cudaFree waits for the device) would wait for it
+// forever. So every CUDA Program claims its devices before it allocates anything: a resident claim
+// needs the device to itself, a shared one (stepwise, kernel-per-op) only that no resident kernel
+// holds it. Process-wide; a refusal is an mk::Error naming the holders.
+class DeviceClaim {
 public:
-    ResidentClaim() = default;
-    // Throws mk::Error naming the holder when `device` is already claimed in this process.
-    ResidentClaim(int device, std::string holder);
-    ~ResidentClaim();
-    ResidentClaim(ResidentClaim&& other) noexcept : device_(other.device_) { other.device_ = -1; }
-    ResidentClaim& operator=(ResidentClaim&& other) noexcept;
+    enum class Kind { resident, shared };
+    DeviceClaim() = default;
+    DeviceClaim(int device, Kind kind, std::string holder);
+    ~DeviceClaim();
+    DeviceClaim(DeviceClaim&& other) noexcept : device_(other.device_), id_(other.id_) { other.device_ = -1; }
+    DeviceClaim& operator=(DeviceClaim&& other) noexcept;
+    // The program's kernel would not end: the device stays claimed (by its name) until the process exits.
+    void keep_forever() { device_ = -1; }
 
 private:
     int device_ = -1;
+    uint64_t id_ = 0;
 };
-// Throws mk::Error naming the resident megakernel on `device`, if there is one: `what` would never start.
-void check_no_resident(int device, std::string_view what);
 
 }  // namespace mk

@@ -24,8 +24,13 @@ int32_t ring_token(const Mailbox& m, uint32_t step) {
 }
 
 struct Claims {
+    struct Device {
+        std::string resident;                       // the resident program's name; "" when none
+        std::map<uint64_t, std::string> shared;     // the other programs, by claim id
+    };
     std::mutex mutex;
-    std::map<int, std::string> holders;  // device -> the resident program on it
+    std::map<int, Device> devices;
+    uint64_t next_id = 0;
 };
 Claims& claims() {
     static Claims c;
@@ -36,36 +41,44 @@ constexpr uint64_t kMs = 1000000;
 
 }  // namespace
 
-ResidentClaim::ResidentClaim(int device, std::string holder) {
+DeviceClaim::DeviceClaim(int device, Kind kind, std::string holder) {
     Claims& c = claims();
     std::lock_guard lock(c.mutex);
-    if (auto it = c.holders.find(device); it != c.holders.end())
-        fail("GPU {} already runs {}; a resident megakernel holds every SM until it ends, so one device runs one: "
-             "end that program (its Session) first", device, it->second);
-    c.holders.emplace(device, std::move(holder));
+    Claims::Device& d = c.devices[device];
+    if (!d.resident.empty()) {
+        if (kind == Kind::resident)
+            fail("GPU {} already runs {}; a resident megakernel holds every SM until it ends, so one device runs one: "
+                 "end that program (its Session) first", device, d.resident);
+        fail("GPU {} runs {}, which holds every SM until it ends: {} would never start; end that program first",
+             device, d.resident, holder);
+    }
+    if (kind == Kind::resident && !d.shared.empty()) {
+        std::string names;
+        for (const auto& [id, name] : d.shared) names += (names.empty() ? "" : ", ") + name;
+        fail("GPU {} has {} other CUDA program(s) ({}); {} would hold every SM while they still need it (their "
+             "steps, and freeing their memory, would wait for it forever): end them first", device, d.shared.size(),
+             names, holder);
+    }
+    id_ = ++c.next_id;
+    if (kind == Kind::resident) d.resident = std::move(holder);
+    else d.shared.emplace(id_, std::move(holder));
     device_ = device;
 }
-ResidentClaim::~ResidentClaim() {
+DeviceClaim::~DeviceClaim() {
     if (device_ < 0) return;
     Claims& c = claims();
     std::lock_guard lock(c.mutex);
-    c.holders.erase(device_);
+    Claims::Device& d = c.devices[device_];
+    if (d.shared.erase(id_) == 0) d.resident.clear();
 }
-ResidentClaim& ResidentClaim::operator=(ResidentClaim&& other) noexcept {
+DeviceClaim& DeviceClaim::operator=(DeviceClaim&& other) noexcept {
     if (this != &other) {
-        this->~ResidentClaim();
+        this->~DeviceClaim();
         device_ = other.device_;
+        id_ = other.id_;
         other.device_ = -1;
     }
     return *this;
-}
-
-void check_no_resident(int device, std::string_view what) {
-    Claims& c = claims();
-    std::lock_guard lock(c.mutex);
-    if (auto it = c.holders.find(device); it != c.holders.end())
-        fail("GPU {} runs {}, which holds every SM until it ends: {} would never start; end that program first", device,
-             it->second, what);
 }
 
 WaitEnd wait_streams(DeviceApi& api, std::span<const StreamRef> streams, uint64_t limit_ns, std::string& error) {
@@ -90,12 +103,15 @@ WaitEnd wait_streams(DeviceApi& api, std::span<const StreamRef> streams, uint64_
 }
 
 KernelHost::KernelHost(DeviceApi& api, KernelHostOptions options) : api_(api), options_(std::move(options)) {
-    if (options_.resident)
-        for (int device : options_.devices) claims_.emplace_back(device, options_.name);
+    for (int device : options_.devices)
+        claims_.emplace_back(device, options_.resident ? DeviceClaim::Kind::resident : DeviceClaim::Kind::shared,
+                             options_.name);
 }
 
 KernelHost::~KernelHost() {
     if (running_) shutdown();
+    if (wedged_)
+        for (DeviceClaim& claim : claims_) claim.keep_forever();
 }
 
 void KernelHost::add(const KernelLink& link) { links_.push_back(link); }
@@ -139,7 +155,6 @@ Command KernelHost::command(uint32_t n_steps, std::span<const int32_t> inputs) {
     c.pos0 = int32_t(next_pos_);
     c.n_tokens = uint32_t(inputs.size());
     for (const KernelLink& l : links_) {
-        if (!options_.resident) check_no_resident(l.device, "a stepwise launch of the interpreter");
         if (inputs.size() > l.max_tokens) fail("CUDA: {} input tokens; the buffer holds {}", inputs.size(), l.max_tokens);
         std::copy(inputs.begin(), inputs.end(), l.tokens);
         if (!options_.resident) {  // a launch reads them; post() does this for the resident kernel

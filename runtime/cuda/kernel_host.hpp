@@ -33,12 +33,13 @@ struct KernelLink {
 struct KernelHostOptions {
     bool resident = true;       // a kernel that serves commands (else one launch per command)
     uint32_t watchdog_ms = 2000;  // the device's bound on one wait
-    std::string name;           // how a refused second resident program names this one
-    std::vector<int> devices;   // claimed (ResidentClaim) while resident
+    std::string name;           // how a refused program names this one
+    std::vector<int> devices;   // claimed (DeviceClaim: resident, or shared when stepwise) for its life
 };
 
 class KernelHost {
 public:
+    // Claims the devices first: throws, naming the holder, where another program's claim refuses this one.
     KernelHost(DeviceApi& api, KernelHostOptions options);
     ~KernelHost();  // a resident kernel still running is told to exit, then aborted (bounded)
     KernelHost(const KernelHost&) = delete;
@@ -53,7 +54,7 @@ public:
     uint64_t abort_grace_ns() const;
 
     // A command for steps [0, n_steps) from the current position and epoch; `inputs` (the prompt tokens)
-    // are copied into every kernel's token buffer. Stepwise: throws when a resident kernel holds a device.
+    // are copied into every kernel's token buffer.
     Command command(uint32_t n_steps, std::span<const int32_t> inputs);
     // Resident: posts c and waits until every kernel finished it, calling progress(steps_done) as
     // tokens arrive and asking the device to stop after the running step when *cancel turns true.
@@ -95,7 +96,7 @@ private:
 
     DeviceApi& api_;
     KernelHostOptions options_;
-    std::vector<ResidentClaim> claims_;
+    std::vector<DeviceClaim> claims_;
     std::vector<KernelLink> links_;
     uint32_t epoch_ = 0, next_pos_ = 0, seq_ = 0;
     bool running_ = false, broken_ = false, wedged_ = false;

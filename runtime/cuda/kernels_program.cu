@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "models/error.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_api.hpp"
@@ -19,12 +21,19 @@ namespace {
 
 constexpr uint32_t kBaselineThreads = 256;
 
+int current_ordinal() {
+    int device = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    return device;
+}
+
 class KernelsProgram final : public Program {
 public:
     KernelsProgram(const Model& model, Schedule schedule, const CudaKernelsOptions& options)
-        : options_(options), state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
+        : options_(options), device_(current_ordinal()),
+          claim_(device_, DeviceClaim::Kind::shared, fmt::format("a cuda-kernels program ({})", model.path.filename().string())),
+          state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
         order_stages();
-        check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
         check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 2 * sizeof(int32_t)), "step state");
         step_state_ = DeviceBuffer(2 * sizeof(int32_t), "step state");
@@ -36,6 +45,7 @@ public:
         if (wedged_ || wait_streams(cuda_device_api(), std::span(&s, 1), limit_ns(), error) == WaitEnd::timed_out) {
             // Kernels still running would make every free below wait for them: leak the memory instead.
             (void)state_.release();
+            claim_.keep_forever();
             for (DeviceBuffer* b : {&instructions_, &tile_begin_, &tiles_, &step_state_}) b->leak();
             return;
         }
@@ -47,7 +57,6 @@ public:
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
         if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
                           "process exits", device_);
-        check_no_resident(device_, "a kernel-per-op step");
         state_->check_step(token, pos, next_pos_);
         host_step_[0] = pos;
         host_step_[1] = token;
@@ -153,6 +162,8 @@ private:
     }
 
     CudaKernelsOptions options_;
+    int device_ = 0;
+    DeviceClaim claim_;  // before anything is allocated (device_api.hpp)
     std::unique_ptr<DeviceState> state_;
     DeviceBuffer instructions_, tile_begin_, tiles_, step_state_;
     std::vector<uint32_t> stage_begin_;
@@ -161,7 +172,6 @@ private:
     int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out
     uint32_t scratch_bytes_ = 0;
     uint32_t next_pos_ = 0;
-    int device_ = 0;
     bool wedged_ = false;
 };
 

@@ -132,13 +132,15 @@ TEST_CASE("CUDA TP loopback: TP=2 on the Llama-3.2-1B shape matches the CPU at T
         check_teacher_forced(*gpu, ref, false, fmt::format("llama-3.2-1b bf16 TP=2 {}", m.name));
     }
     // Random weights leave near-ties, so the device-side loop is held to the stepwise kernel's own choices.
-    auto stepwise = loopback_program(model, "cuda", tp, true, false);
     std::vector<int32_t> expected;
-    int32_t next = 0;
-    for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
-    for (int32_t p = int32_t(prompt.size()); expected.size() < n_new; ++p) {
-        expected.push_back(next);
-        if (expected.size() < n_new) next = stepwise->step(next, p, {}, {});
+    {  // ended before the resident program starts: a resident kernel has its device to itself
+        auto stepwise = loopback_program(model, "cuda", tp, true, false);
+        int32_t next = 0;
+        for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
+        for (int32_t p = int32_t(prompt.size()); expected.size() < n_new; ++p) {
+            expected.push_back(next);
+            if (expected.size() < n_new) next = stepwise->step(next, p, {}, {});
+        }
     }
     CHECK(device_generate(model, tp, prompt, n_new) == expected);
 }

@@ -61,7 +61,11 @@ public:
     int32_t step(int32_t token, int32_t pos, const SamplingParams&, std::span<const int32_t>) override {
         if (uint32_t(pos) != host_.next_pos()) fail("position {} does not follow {}", pos, host_.next_pos());
         const Command c = host_.command(1, std::span<const int32_t>(&token, 1));
-        if (!resident_) device_.launch(stream_, spec_, mailbox_.get(), &c, step_fn());
+        if (!resident_) {  // as MegakernelProgram::launch: the command as this kernel addresses its tokens
+            Command launched = c;
+            launched.tokens = tokens_.data();
+            device_.launch(stream_, spec_, mailbox_.get(), &launched, step_fn());
+        }
         host_.run(c);
         return host_.last_token();
     }
@@ -137,6 +141,11 @@ TEST_CASE("Device loop: a whole generation is one command and equals the host lo
         CHECK(got.stats.n_generated == want.stats.n_generated);
         CHECK(!got.stats.stopped_at_eog);
         CHECK(got.stats.eval_ms >= 0);
+        // The stepwise kernel: one launch per token through the Engine's host loop, the same tokens.
+        FakeDevice stepwise_device;
+        const Run stepwise = generate(model, std::make_unique<FakeDeviceProgram>(stepwise_device, model, false), kPrompt, o);
+        CHECK(stepwise_device.commands_run() == uint32_t(want.stats.n_past));
+        CHECK(stepwise.stats.tokens == want.stats.tokens);
     }
 }
 
@@ -231,11 +240,13 @@ TEST_CASE("Host waits: a stuck kernel is aborted and reported within the bound",
 }
 
 TEST_CASE("Host waits: a kernel that ignores the abort is reported, never waited for without end", "[cpu][cuda_host]") {
+    // A wedged program's device stays claimed for the process's life: these use GPU ordinals of their own.
     for (bool resident : {true, false}) {
         INFO((resident ? "resident" : "stepwise"));
+        const int ordinal = resident ? 90 : 91;
         FakeDevice device;
         auto program = std::make_unique<FakeDeviceProgram>(device, tiny_model(), resident,
-                                                           FakeKernelSpec{FakeBehavior::ignores_abort});
+                                                           FakeKernelSpec{FakeBehavior::ignores_abort}, ordinal);
         const uint64_t t0 = device.now_ns();
         CHECK_THROWS_WITH(program->step(1, 0, {}, {}), Catch::Contains("unusable until this process exits"));
         CHECK(device.now_ns() - t0 <= program->host().answer_limit_ns() + 2 * program->host().abort_grace_ns());
@@ -245,10 +256,14 @@ TEST_CASE("Host waits: a kernel that ignores the abort is reported, never waited
         CHECK(!program->host().shutdown());
         CHECK(device.now_ns() == t1);  // a wedged kernel is not waited for again
         program.reset();
+        // Its kernel may still run: the device stays claimed after the program has gone.
+        CHECK_THROWS_WITH(FakeDeviceProgram(device, tiny_model(), true, {}, ordinal),
+                          Catch::Contains("GPU " + std::to_string(ordinal)));
     }
     // Ending a program whose kernel will not exit is bounded too.
     FakeDevice device;
-    auto program = std::make_unique<FakeDeviceProgram>(device, tiny_model(), true, FakeKernelSpec{FakeBehavior::ignores_abort});
+    auto program = std::make_unique<FakeDeviceProgram>(device, tiny_model(), true,
+                                                       FakeKernelSpec{FakeBehavior::ignores_abort}, 92);
     const uint64_t t0 = device.now_ns();
     CHECK(!program->host().shutdown());
     CHECK(device.now_ns() - t0 <= 2 * program->host().abort_grace_ns());
@@ -289,21 +304,27 @@ TEST_CASE("Host waits: wait_streams ends at its bound", "[cpu][cuda_host]") {
     CHECK(wait_streams(device, std::span(&s, 1), 5000000, error) == WaitEnd::idle);
 }
 
-TEST_CASE("One resident megakernel per device: a second is refused, naming the first", "[cpu][cuda_host]") {
+TEST_CASE("One resident megakernel per device, alone: other programs are refused, naming it", "[cpu][cuda_host]") {
     FakeDevice device;
     auto first = std::make_unique<FakeDeviceProgram>(device, tiny_model(), true, FakeKernelSpec{}, 0, "resident #A");
     CHECK_THROWS_WITH(FakeDeviceProgram(device, tiny_model(), true, {}, 0, "resident #B"),
                       Catch::Contains("GPU 0 already runs resident #A"));
-    // Nor may a stepwise launch queue behind it (it would never start).
-    FakeDeviceProgram stepwise(device, tiny_model(), false, {}, 0);
-    CHECK_THROWS_WITH(stepwise.step(1, 0, {}, {}), Catch::Contains("GPU 0 runs resident #A") &&
-                                                        Catch::Contains("would never start"));
+    // Nor may a stepwise program start there: its launches would never start, its frees never return.
+    CHECK_THROWS_WITH(FakeDeviceProgram(device, tiny_model(), false, {}, 0, "stepwise #S"),
+                      Catch::Contains("GPU 0 runs resident #A") && Catch::Contains("stepwise #S would never start"));
     // Another device is free, and so is this one once the first program has ended.
     CHECK_NOTHROW(FakeDeviceProgram(device, tiny_model(), true, {}, 1, "resident #C"));
     first.reset();
+    {
+        FakeDeviceProgram stepwise(device, tiny_model(), false, {}, 0, "stepwise #S");
+        CHECK(stepwise.step(1, 0, {}, {}) >= 0);
+        FakeDeviceProgram other(device, tiny_model(), false, {}, 0, "stepwise #T");  // shared claims coexist
+        // While they live, a resident program is refused, naming them.
+        CHECK_THROWS_WITH(FakeDeviceProgram(device, tiny_model(), true, {}, 0, "resident #B"),
+                          Catch::Contains("GPU 0 has 2 other CUDA program(s) (stepwise #S, stepwise #T)"));
+    }
     FakeDeviceProgram second(device, tiny_model(), true, {}, 0, "resident #B");
     CHECK(second.step(1, 0, {}, {}) >= 0);
-    CHECK_NOTHROW(check_no_resident(1, "a launch"));
 }
 
 }  // namespace mk

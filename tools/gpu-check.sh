@@ -165,8 +165,8 @@ bench_jsonl="$out/bench.jsonl" stages_tsv="$work/stages.tsv"
 : >"$bench_jsonl"
 : >"$stages_tsv"
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')
-echo "gpu-check: $(date -u +%FT%TZ) commit $commit carried build $(cat "$carry/commit" 2>/dev/null || echo '-'); out $out"
 echo "gpu-check: glibc here: $(ldd --version 2>&1 | head -1); the carried binaries need $(cat "$carry/glibc" 2>/dev/null || echo '(not recorded)')"
+echo "gpu-check: $(date -u +%FT%TZ) commit $commit carried build $(cat "$carry/commit" 2>/dev/null || echo '-'); out $out"
 
 # ---- binaries: --bin DIR, else the carried ones, else (with --build) a fresh build here ----
 find_bin() {  # NAME [DIR]: the first executable NAME under DIR's usual places

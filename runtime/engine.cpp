@@ -21,30 +21,42 @@ DeviceLoopResult Program::run_generation(std::span<const int32_t>, uint32_t, std
     fail("backend {} has no device-side generation loop", backend_name());
 }
 
-GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text) {
+void Engine::check_prompt(std::span<const int32_t> prompt, size_t n_past) const {
     if (prompt.empty()) fail("the prompt is empty: nothing to continue");
     const uint32_t ctx = program_->ctx_len();
-    if (prompt.size() >= ctx)
-        fail("the prompt has {} tokens but the context holds {}; shorten it or raise -c", prompt.size(), ctx);
+    if (n_past + prompt.size() >= ctx) {
+        if (n_past == 0) fail("the prompt has {} tokens but the context holds {}; shorten it or raise -c", prompt.size(), ctx);
+        fail("the prompt has {} tokens after {} in the context, which holds {}; start afresh or raise -c", prompt.size(),
+             n_past, ctx);
+    }
     const int32_t vocab = int32_t(model_->config.vocab_size);
     for (int32_t id : prompt)
         if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary ({})", id, vocab);
+}
 
-    program_->reset();
+GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text) {
+    check_prompt(prompt, options.past.size());
+    const uint32_t ctx = program_->ctx_len();
+    const size_t n_past = options.past.size();
+
+    if (n_past == 0) program_->reset();
     const std::vector<int32_t>& eog = model_->tokenizer.data().eog_ids;
     const size_t n_stop = options.stop_at_eog ? eog.size() : 0;
-    if (options.n_predict > 0 && program_->runs_generation(options.sampling, n_stop))
+    // The device loop starts sequences; a continued one (chat turns) steps from the host.
+    if (n_past == 0 && options.n_predict > 0 && program_->runs_generation(options.sampling, n_stop))
         return generate_on_device(prompt, options, on_text);
 
     GenerateStats stats;
     stats.n_prompt = int32_t(prompt.size());
-    std::vector<int32_t> history(prompt.begin(), prompt.end());
+    stats.n_past = int32_t(n_past);
+    std::vector<int32_t> history(options.past.begin(), options.past.end());
+    history.insert(history.end(), prompt.begin(), prompt.end());
 
     auto t0 = std::chrono::steady_clock::now();
     int32_t next = -1;
-    for (size_t i = 0; i < prompt.size(); ++i) {
+    for (size_t i = n_past; i < history.size(); ++i) {
         // The penalty sees every token in the context, the one being run included (as in generation).
-        next = program_->step(prompt[i], int32_t(i), options.sampling, std::span(history.data(), i + 1));
+        next = program_->step(history[i], int32_t(i), options.sampling, std::span(history.data(), i + 1));
         stats.n_past = int32_t(i) + 1;
         if (options.cancel && options.cancel->load()) {
             stats.cancelled = true;
@@ -55,7 +67,7 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
 
     StreamDecoder decoder(model_->tokenizer);
     t0 = std::chrono::steady_clock::now();
-    int32_t pos = int32_t(prompt.size());
+    int32_t pos = int32_t(history.size());
     while (!stats.cancelled && stats.n_generated < options.n_predict) {
         if (options.stop_at_eog && model_->tokenizer.is_eog(next)) {
             stats.stopped_at_eog = true;
@@ -65,7 +77,11 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
         history.push_back(next);
         stats.n_generated++;
         if (std::string piece = decoder.push(next); !piece.empty() && !on_text(piece)) break;
-        if (stats.n_generated == options.n_predict || uint32_t(pos) + 1 >= ctx) break;
+        if (stats.n_generated == options.n_predict) break;
+        if (uint32_t(pos) + 1 >= ctx) {
+            stats.context_full = true;
+            break;
+        }
         next = program_->step(next, pos++, options.sampling, history);
         stats.n_eval_steps++;
         stats.n_past = pos;
@@ -110,6 +126,7 @@ GenerateStats Engine::generate_on_device(std::span<const int32_t> prompt, const 
     stats.n_generated = int32_t(n_tokens);
     stats.n_past = int32_t(r.n_steps);
     stats.n_eval_steps = int32_t(n_run);
+    stats.context_full = n_new < uint32_t(options.n_predict) && n_tokens == n_new && !stats.stopped_at_eog && !r.cancelled;
     stats.cancelled = r.cancelled && options.cancel && options.cancel->load();
     // One command: the prompt's time runs to the first token, generation's from there to the end.
     stats.prompt_ms = r.tokens.empty() ? r.total_ms : r.first_token_ms;

@@ -19,14 +19,18 @@ struct GenerateOptions {
     SamplingParams sampling;
     bool stop_at_eog = true;
     const std::atomic<bool>* cancel = nullptr;  // set by another thread (e.g. Ctrl-C) to stop after this step
+    // The tokens already in the program's KV cache (it runs at position past.size() next): the prompt
+    // continues them. Empty: a fresh sequence (the program is reset).
+    std::span<const int32_t> past;
 };
 
 struct GenerateStats {
     int32_t n_prompt = 0, n_generated = 0;
     int32_t n_eval_steps = 0;  // decode steps after the prompt (the first token comes from the prompt's last step)
     double prompt_ms = 0, eval_ms = 0;
-    int32_t n_past = 0;  // positions in the KV cache when generate returned (the last token is never run)
+    int32_t n_past = 0;  // positions in the KV cache when generate returned, past included (the last token is never run)
     bool stopped_at_eog = false, cancelled = false;
+    bool context_full = false;  // stopped because the next step would not fit the context
     std::vector<int32_t> tokens;  // the generated ids
 };
 
@@ -39,6 +43,9 @@ public:
     Engine(const Model& model, std::unique_ptr<Program> program);
 
     GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextCallback& on_text);
+    // What generate refuses before running anything: an empty prompt, ids outside the vocabulary, a
+    // prompt that does not fit after n_past tokens.
+    void check_prompt(std::span<const int32_t> prompt, size_t n_past) const;
 
     const Model& model() const { return *model_; }
     Program& program() { return *program_; }

@@ -46,6 +46,12 @@ public:
     virtual std::span<const float> logits() const = 0;
     // Forgets the sequence (a new generation starts at position 0).
     virtual void reset() = 0;
+    // Keeps the first n_past positions (at most those run): the next step runs at position n_past.
+    virtual void truncate(uint32_t n_past);
+    // The KV cache of positions [0, n_past) in kv_layout order, for saving a session's state; write_kv
+    // restores it and positions the program at n_past. The default refuses (the backend keeps no host copy).
+    virtual void read_kv(uint32_t n_past, std::span<float> k, std::span<float> v) const;
+    virtual void write_kv(uint32_t n_past, std::span<const float> k, std::span<const float> v);
     virtual const Schedule& schedule() const = 0;
     virtual uint32_t ctx_len() const = 0;
     virtual const char* backend_name() const = 0;
@@ -61,6 +67,10 @@ public:
                                             const std::function<bool(int32_t)>& on_token,
                                             const std::atomic<bool>* cancel);
 };
+
+// The host layout of read_kv / write_kv: (n_layers, n_kv_heads, n_past, head_dim) fp32 for K and for V
+// (a tensor-parallel schedule's layers are its ranks' stacked layers).
+uint64_t kv_floats(const Schedule& schedule, uint32_t n_past);
 
 // The CPU backend. Throws mk::Error when the schedule does not fit the model or the memory.
 std::unique_ptr<Program> make_cpu_program(const Model& model, Schedule schedule, const ProgramOptions& options);

@@ -121,6 +121,9 @@ void register_generate(CLI::App& app) {
             return true;
         });
         std::signal(SIGINT, previous);
+        if (stats.context_full)
+            fmt::print(stderr, "\nmk: the context of {} tokens is full: generation stopped (raise -c for more)\n",
+                       engine.program().ctx_len());
         const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
         print_summary(stats, load_ms, total_ms, model, engine.program(), o->json);
     });

@@ -11,5 +11,6 @@ void register_bench(CLI::App& app);
 void register_schedule(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_devices(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 }  // namespace mk::tools

@@ -32,6 +32,7 @@ struct Session::Impl {
     std::shared_ptr<const Model::Impl> model;  // keeps the weights mapped while the session lives
     Engine engine;
     std::vector<int32_t> tokens;               // in the KV cache, positions 0..n-1
+    bool has_logits = false;                   // the program's logits belong to tokens.back()
     std::atomic<bool> cancel{false};
 };
 

@@ -33,8 +33,30 @@ ModelInfo Model::info() const {
     return info;
 }
 
-std::vector<int32_t> Model::tokenize(std::string_view text) const {
-    return guard("tokenize", [&] { return impl_->model.tokenizer.encode(text, true); });
+std::vector<int32_t> Model::tokenize(std::string_view text, bool add_bos) const {
+    return guard("tokenize", [&] {
+        const mk::Tokenizer& tok = impl_->model.tokenizer;
+        std::vector<int32_t> ids = tok.encode(text, true);
+        if (!add_bos && tok.data().add_bos && !ids.empty() && ids.front() == tok.data().bos_id) ids.erase(ids.begin());
+        return ids;
+    });
+}
+
+std::string Model::token_to_piece(int32_t token) const {
+    return guard("token_to_piece", [&] {
+        if (token < 0 || size_t(token) >= impl_->model.tokenizer.vocab_size())
+            fail("token id {} is outside the vocabulary ({})", token, impl_->model.tokenizer.vocab_size());
+        return impl_->model.tokenizer.token_bytes(token);
+    });
+}
+
+SpecialTokens Model::special_tokens() const {
+    const mk::Tokenizer& tok = impl_->model.tokenizer;
+    const TokenizerData& d = tok.data();
+    SpecialTokens s{d.bos_id, d.eos_id, d.unk_id, d.pad_id, d.add_bos, {}};
+    for (size_t id = 0; id < tok.vocab_size(); ++id)
+        if (tok.is_eog(int32_t(id))) s.eog.push_back(int32_t(id));
+    return s;
 }
 
 std::string Model::detokenize(std::span<const int32_t> tokens) const {

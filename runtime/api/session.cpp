@@ -45,8 +45,10 @@ int32_t Session::feed(std::span<const int32_t> tokens, const SamplingOptions& sa
             impl_->tokens.push_back(id);
             try {
                 next = program.step(id, int32_t(impl_->tokens.size() - 1), params, impl_->tokens);
+                impl_->has_logits = true;
             } catch (...) {
                 impl_->tokens.pop_back();
+                impl_->has_logits = false;
                 throw;
             }
         }
@@ -63,7 +65,7 @@ int32_t Session::feed_text(std::string_view text, const SamplingOptions& samplin
 }
 
 std::span<const float> Session::logits() const {
-    if (impl_->tokens.empty()) throw Error("logits: nothing has been fed yet");
+    if (!impl_->has_logits) throw Error("logits: no token has run since the session started, was reset, truncated or loaded");
     return impl_->engine.program().logits();
 }
 
@@ -76,13 +78,24 @@ int32_t Session::sample(const SamplingOptions& sampling) const {
     });
 }
 
-int32_t Session::position() const { return int32_t(impl_->tokens.size()); }
+int32_t Session::n_past() const { return int32_t(impl_->tokens.size()); }
 const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
 uint32_t Session::context_length() const { return impl_->engine.program().ctx_len(); }
 
 void Session::reset() {
     impl_->engine.program().reset();
     impl_->tokens.clear();
+    impl_->has_logits = false;
+}
+
+void Session::truncate(int32_t n_past) {
+    guard("truncate", [&] {
+        if (n_past < 0 || size_t(n_past) > impl_->tokens.size())
+            fail("cannot keep {} tokens of {}", n_past, impl_->tokens.size());
+        impl_->engine.program().truncate(uint32_t(n_past));
+        impl_->tokens.resize(size_t(n_past));
+        impl_->has_logits = false;  // they belong to the last token run, which may be gone
+    });
 }
 
 GenerateResult Session::generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text) {
@@ -95,7 +108,10 @@ GenerateResult Session::generate(std::string_view prompt, const GenerateOptions&
     } else if (!options.system.empty()) {
         throw Error("generate: a system message needs chat = true");
     }
-    const std::vector<int32_t> ids = guard("tokenize", [&] { return impl_->model->model.tokenizer.encode(text, true); });
+    const bool continues = options.append && !impl_->tokens.empty();  // BOS belongs at position 0 only
+    const mk::Tokenizer& tok = impl_->model->model.tokenizer;
+    std::vector<int32_t> ids = guard("tokenize", [&] { return tok.encode(text, true); });
+    if (continues && !ids.empty() && ids.front() == tok.data().bos_id) ids.erase(ids.begin());
     return generate(std::span<const int32_t>(ids), options, on_text);
 }
 
@@ -110,7 +126,12 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
         go.stop_at_eog = options.stop_at_end;
         go.cancel = &impl_->cancel;
         impl_->cancel.store(false);
+        impl_->engine.check_prompt(prompt, options.append ? impl_->tokens.size() : 0);
+        if (!options.append) impl_->tokens.clear();
+        const std::vector<int32_t> past = std::move(impl_->tokens);
+        go.past = past;
         impl_->tokens.clear();
+        impl_->has_logits = false;
 
         GenerateResult r;
         bool listening = true;  // false once the host said stop (or threw): it hears nothing more
@@ -132,14 +153,18 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
             impl_->engine.program().reset();  // the sequence is unknown after a failed step
             throw;
         }
-        // The cache holds the prompt and every generated token that was run (all but the last).
+        // The cache holds the past, the prompt and every generated token that was run (all but the last).
         const size_t n_past = size_t(stats.n_past);
-        impl_->tokens.assign(prompt.begin(), prompt.begin() + std::min(prompt.size(), n_past));
+        impl_->tokens = past;
+        for (size_t i = 0; i < prompt.size() && impl_->tokens.size() < n_past; ++i) impl_->tokens.push_back(prompt[i]);
         for (size_t i = 0; impl_->tokens.size() < n_past; ++i) impl_->tokens.push_back(stats.tokens[i]);
+        impl_->has_logits = n_past > past.size();
 
         r.tokens = std::move(stats.tokens);
         r.n_prompt = stats.n_prompt;
         r.n_eval_steps = stats.n_eval_steps;
+        r.n_past = stats.n_past;
+        r.context_full = stats.context_full;
         r.prompt_ms = stats.prompt_ms;
         r.eval_ms = stats.eval_ms;
         r.stopped_at_end = stats.stopped_at_eog;

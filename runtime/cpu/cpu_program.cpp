@@ -2,6 +2,7 @@
 // ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers.
 // A context whose KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused
 // before allocating.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -116,12 +117,45 @@ public:
         return {reinterpret_cast<const float*>(rank_bases_[0] + s.logits_off), s.dims.vocab};  // rank 0's
     }
     void reset() override { next_pos_ = 0; }
+    void truncate(uint32_t n_past) override {
+        if (n_past > next_pos_) fail("cannot keep {} positions: only {} have run", n_past, next_pos_);
+        next_pos_ = n_past;  // rows past n_past are overwritten before anything reads them
+    }
+    void read_kv(uint32_t n_past, std::span<float> k, std::span<float> v) const override {
+        copy_kv(n_past, k.size(), v.size());
+        for_each_row(n_past, [&](size_t cache, size_t host, size_t n) {
+            std::copy_n(k_cache_.data() + cache, n, k.data() + host);
+            std::copy_n(v_cache_.data() + cache, n, v.data() + host);
+        });
+    }
+    void write_kv(uint32_t n_past, std::span<const float> k, std::span<const float> v) override {
+        copy_kv(n_past, k.size(), v.size());
+        for_each_row(n_past, [&](size_t cache, size_t host, size_t n) {
+            std::copy_n(k.data() + host, n, k_cache_.data() + cache);
+            std::copy_n(v.data() + host, n, v_cache_.data() + cache);
+        });
+        next_pos_ = n_past;
+    }
     const Schedule& schedule() const override { return interpreter_->schedule(); }
     uint32_t ctx_len() const override { return ctx_len_; }
     const char* backend_name() const override { return "cpu"; }
     uint32_t n_threads() const override { return interpreter_->n_threads(); }
 
 private:
+    void copy_kv(uint32_t n_past, size_t k_floats, size_t v_floats) const {
+        const uint64_t want = kv_floats(interpreter_->schedule(), n_past);
+        if (n_past > ctx_len_) fail("{} positions do not fit the context of {}", n_past, ctx_len_);
+        if (k_floats != want || v_floats != want)
+            fail("KV copy of {} positions: {} and {} floats given, {} expected", n_past, k_floats, v_floats, want);
+    }
+    // f(cache offset, host offset, floats) for each (layer, kv head): its first n_past rows of head_dim.
+    template <typename F>
+    void for_each_row(uint32_t n_past, F&& f) const {
+        const ModelDims& d = interpreter_->schedule().dims;
+        const size_t rows = size_t(d.n_layers) * d.n_kv_heads, n = size_t(n_past) * d.head_dim;
+        for (size_t r = 0; r < rows; ++r) f(r * ctx_len_ * d.head_dim, r * n, n);
+    }
+
     ModelWeights weights_;
     std::vector<std::vector<float>> rank_arenas_;  // the activation arena of each rank, float-aligned
     std::vector<uint8_t*> rank_bases_;             // ProgramMemory::rank_arenas

@@ -80,6 +80,10 @@ public:
 
     std::span<const float> logits() const override { return state_->host_logits(); }
     void reset() override { next_pos_ = 0; }
+    void truncate(uint32_t n_past) override {
+        if (n_past > next_pos_) fail("cannot keep {} positions: only {} have run", n_past, next_pos_);
+        next_pos_ = n_past;  // rows past n_past are overwritten before anything reads them
+    }
     const Schedule& schedule() const override { return state_->schedule; }
     uint32_t ctx_len() const override { return state_->ctx_len; }
     const char* backend_name() const override { return options_.graph ? "cuda-kernels-graph" : "cuda-kernels"; }

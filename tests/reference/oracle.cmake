@@ -60,6 +60,18 @@ mk_oracle_test(oracle.smollm2.eiffel SETUP oracle_smollm2 TIMEOUT 300
 mk_oracle_test(oracle.sampling SETUP oracle_sampling TIMEOUT 120
   COMMAND ${_ref}/sampling_oracle.py --out ${MK_TESTDATA}/sampling_oracle.json)
 
+# Perplexity by llama-perplexity's method on SmolLM2 over tests/data/declaration-gettysburg.txt (the US
+# Declaration of Independence and the Gettysburg Address, public domain): 4 chunks of 128 tokens, the oracle's
+# own tokenizer and float64 forward (~12 s of CPU), then `mk perplexity` on the same text within 0.5%.
+if(TARGET mk)
+  mk_oracle_test(oracle.perplexity SETUP oracle_perplexity TIMEOUT 300
+    COMMAND ${_ref}/perplexity_oracle.py oracle --skip-if-missing --model ${_oracle_model} --ctx 128 --chunks 4
+            --text ${PROJECT_SOURCE_DIR}/tests/data/declaration-gettysburg.txt --out ${MK_TESTDATA}/perplexity_oracle.json)
+  mk_oracle_test(perplexity.smollm2 TIMEOUT 300
+    COMMAND ${_ref}/perplexity_oracle.py check --mk $<TARGET_FILE:mk> --oracle ${MK_TESTDATA}/perplexity_oracle.json)
+  set_tests_properties(perplexity.smollm2 PROPERTIES FIXTURES_REQUIRED "testdata;oracle_perplexity")
+endif()
+
 # Synthetic models written by `mk synth`, then the oracle on the file: NAME SPEC pairs.
 set(_oracle_synthetic
   tiny-llama-f32          synthetic:tiny-llama:f32

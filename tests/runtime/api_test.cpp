@@ -60,7 +60,7 @@ TEST_CASE("API: greedy generation equals the oracle's continuation on SmolLM2", 
     GenerateResult r = session.generate(std::span<const int32_t>(prompt), greedy(32));
     CHECK(r.tokens == expected);
     CHECK(r.n_prompt == int32_t(prompt.size()));
-    CHECK(session.position() == int32_t(prompt.size()) + 31);  // the last token is sampled, never run
+    CHECK(session.n_past() == int32_t(prompt.size()) + 31);  // the last token is sampled, never run
     CHECK(r.text == model.detokenize(expected));
 }
 
@@ -116,13 +116,13 @@ TEST_CASE("API: feeding tokens and sampling equals generate", "[cpu]") {
     REQUIRE(r.tokens.size() == 12);
 
     session.reset();
-    CHECK(session.position() == 0);
+    CHECK(session.n_past() == 0);
     int32_t next = session.feed(prompt, o.sampling);
     CHECK(session.sample(o.sampling) == next);  // the host re-sample uses the backend's rule and key
     std::vector<int32_t> tokens{next};
     while (tokens.size() < 12) tokens.push_back(next = session.step(next, o.sampling));
     CHECK(tokens == r.tokens);
-    CHECK(session.position() == int32_t(prompt.size()) + 11);
+    CHECK(session.n_past() == int32_t(prompt.size()) + 11);
     CHECK(session.logits().size() == size_t(model.info().vocab_size));
 }
 
@@ -186,7 +186,7 @@ TEST_CASE("API: bad input throws mk::Error", "[cpu]") {
     SamplingOptions bad;
     bad.top_p = 2.0f;
     CHECK_THROWS_AS(session.step(1, bad), mk::Error);
-    CHECK(session.position() == 0);  // nothing ran
+    CHECK(session.n_past() == 0);  // nothing ran
     BackendOptions cuda;
     cuda.backend = "cuda";
     CHECK_THROWS_AS(model.new_session(cuda), mk::Error);

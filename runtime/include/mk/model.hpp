@@ -26,6 +26,13 @@ struct ModelInfo {
     bool has_chat_template = false;
 };
 
+// Special token ids (-1: the model has none); eog lists every id that ends generation.
+struct SpecialTokens {
+    int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+    bool add_bos = false;  // tokenize() prepends bos
+    std::vector<int32_t> eog;
+};
+
 struct ChatMessage {
     std::string role;  // system | user | assistant
     std::string content;
@@ -42,9 +49,12 @@ public:
 
     // Text to ids; special tokens spelled in the text ("<|im_start|>") become their ids, and BOS is
     // prepended when the model's tokenizer asks for it.
-    std::vector<int32_t> tokenize(std::string_view text) const;
+    // add_bos = false leaves BOS out (text that continues a sequence).
+    std::vector<int32_t> tokenize(std::string_view text, bool add_bos = true) const;
     std::string detokenize(std::span<const int32_t> tokens) const;
+    std::string token_to_piece(int32_t token) const;  // the bytes it stands for ("" for control tokens)
     bool is_end_of_generation(int32_t token) const;
+    SpecialTokens special_tokens() const;
     // The conversation rendered by the model's own chat template (ChatML or Llama 3), ready to tokenize.
     std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt = true) const;
 

@@ -47,6 +47,7 @@ struct GenerateOptions {
     bool stop_at_end = true;   // stop at the model's end-of-generation tokens
     bool chat = false;         // wrap the prompt as one user message in the model's chat template
     std::string system;        // chat: the system message ("" the template's own default)
+    bool append = false;       // continue after the tokens the session holds (its KV cache) instead of afresh
 };
 
 }  // namespace mk::api

@@ -19,9 +19,11 @@ struct GenerateResult {
     std::vector<int32_t> tokens;  // the generated ids
     int32_t n_prompt = 0;         // prompt tokens (after the chat template)
     int32_t n_eval_steps = 0;     // decode steps after the prompt
+    int32_t n_past = 0;           // tokens in the KV cache afterwards (the last generated one is never run)
     double prompt_ms = 0.0, eval_ms = 0.0;
     bool stopped_at_end = false;  // an end-of-generation token
     bool cancelled = false;       // cancel() was called
+    bool context_full = false;    // stopped because the context has no room for another step
     double prompt_tokens_per_s() const { return prompt_ms > 0 ? 1000.0 * n_prompt / prompt_ms : 0.0; }
     double eval_tokens_per_s() const { return eval_ms > 0 ? 1000.0 * n_eval_steps / eval_ms : 0.0; }
 };
@@ -53,13 +55,22 @@ public:
     // Samples from logits() by the same rule and (seed, position) key as the backend's own sampler.
     int32_t sample(const SamplingOptions& sampling) const;
 
-    int32_t position() const;                   // tokens in the KV cache
+    int32_t n_past() const;                     // tokens in the KV cache
     const std::vector<int32_t>& tokens() const; // those tokens
     uint32_t context_length() const;
     void reset();                               // forget the sequence
+    void truncate(int32_t n_past);              // keep the first n_past tokens (0 <= n_past <= n_past())
 
-    // A whole generation from a fresh sequence: the prompt (wrapped in the chat template when
-    // options.chat), then up to max_tokens tokens, each piece of text passed to on_text as it completes.
+    // The tokens and KV cache, to a file that records the model (name, a hash of its configuration and weights), the
+    // schedule's hash and the context length; load() refuses a file whose records differ from this
+    // session's, naming what differs. After load() the next feed continues the saved sequence (logits()
+    // needs a feed first). The CPU backend only, for now.
+    void save(const std::string& path) const;
+    void load(const std::string& path);
+
+    // A whole generation: the prompt (wrapped in the chat template when options.chat), then up to
+    // max_tokens tokens, each piece of text passed to on_text as it completes. It starts a fresh sequence,
+    // or with options.append continues the one the session holds (only the prompt's tokens run).
     // Afterwards the session holds the prompt and the generated tokens it ran.
     GenerateResult generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text = {});
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options,

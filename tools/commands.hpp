@@ -12,5 +12,6 @@ void register_schedule(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_devices(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace mk::tools

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "mk 0.1.0");
     mk::tools::register_generate(app);
+    mk::tools::register_chat(app);
     mk::tools::register_bench(app);
     mk::tools::register_schedule(app);
     mk::tools::register_inspect(app);

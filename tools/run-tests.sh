@@ -39,6 +39,12 @@ if ! grep -q Paris <<<"$reply"; then
   exit 1
 fi
 
+echo "== examples/c (the C API) against the installed package"
+cmake -S "$root/examples/c" -B "$stage/c-example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$stage/prefix" "${embed_launcher[@]}" >/dev/null
+cmake --build "$stage/c-example" -j "$jobs" >/dev/null
+(cd "$stage" && "$stage/c-example/c_example" -n 16 2>/dev/null) | tail -2
+
 # ---- reliability: the CPU test suite under sanitizers, then (optionally) the fuzz targets ----
 # ASan+UBSan: every CPU test but [slow]; TSan: the interpreter and CPU-program tests, where the threads are.
 # Both run by default (MK_SANITIZERS=0 skips them); MK_FUZZ_SECONDS=N also runs tools/fuzz.sh N (0: skip).

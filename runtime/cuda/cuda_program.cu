@@ -118,7 +118,10 @@ public:
     }
 
     ~MegakernelProgram() override {
-        if (!host_.shutdown()) return leak();
+        if (!host_.shutdown()) {
+            leak();  // nvcc refuses `return void-expression` in a destructor
+            return;
+        }
         if (!options_.trace_file.empty() && gpus_[0]->trace.bytes()) {
             try {
                 write_trace(options_.trace_file);

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "mk/mk.hpp"
 #include "tools/backend_options.hpp"
@@ -97,11 +99,19 @@ private:
         go.append = true;
         const int32_t before = session_.n_past();
         g_interrupted.store(false);
+        // Ctrl-C cancels the session from a watcher (the handler only sets a flag), also during the prompt.
+        std::jthread watcher([this](std::stop_token stop) {
+            while (!stop.stop_requested() && !g_interrupted.load())
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            if (g_interrupted.load()) session_.cancel();
+        });
         const api::GenerateResult r = session_.generate(std::span<const int32_t>(ids), go, [](std::string_view piece) {
             fmt::print("{}", piece);
             std::fflush(stdout);
-            return !g_interrupted.load();
+            return true;
         });
+        watcher.request_stop();
+        watcher.join();
         fmt::print("\n");
         std::fflush(stdout);
         // What no step ran (the last generated token, or more after Ctrl-C in the prompt) runs next turn.
@@ -135,7 +145,8 @@ private:
     }
 
     // The context cannot take the next turn: stop, or keep the system prefix and the newest turns that fill
-    // at most half the context (dropping at least the oldest) and re-run them. Returns false to stop.
+    // at most half the context and leave room for `need` tokens (dropping at least the oldest turn), and
+    // re-run them. The answer is the next input line. Returns false to stop.
     bool make_room(size_t need) {
         fmt::print(stderr, "mk: the context of {} tokens is full. [s]top, or [d]rop the oldest turns and re-run the rest? ",
                    session_.context_length());
@@ -149,7 +160,8 @@ private:
         const size_t budget = session_.context_length() / 2;
         std::vector<int32_t> keep;
         for (size_t k = 1; k < turn_starts_.size(); ++k) {
-            if (prefix_len_ + (all.size() - turn_starts_[k]) + need > budget) continue;
+            const size_t kept = prefix_len_ + (all.size() - turn_starts_[k]);
+            if (kept > budget || kept + need + 1 >= session_.context_length()) continue;
             keep.assign(all.begin(), all.begin() + prefix_len_);
             keep.insert(keep.end(), all.begin() + turn_starts_[k], all.end());
             for (size_t& s : turn_starts_) s = s >= turn_starts_[k] ? s - turn_starts_[k] + prefix_len_ : 0;

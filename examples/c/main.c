@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     mk_generate_options_default(&generate);
     generate.max_tokens = n;
     mk_generate_result result;
-    printf("%s", question);
+    printf("%s\n", question);
     if (check(mk_session_generate(session, tokens, n_tokens, &generate, print_piece, NULL, &result), "generate")) return 1;
     printf("\n[%d prompt tokens, %d generated, %.1f tokens/s]\n", result.n_prompt, result.n_generated,
            result.eval_ms > 0 ? 1000.0 * result.n_eval_steps / result.eval_ms : 0.0);

@@ -1,6 +1,7 @@
 // `mk chat` through a pipe against the public API: a second turn runs only its own tokens and its greedy
 // reply equals a fresh session's on the same token sequence; /save in one process and /load in another
-// continue exactly as one process that never stopped. SmolLM2 (its ChatML template); skipped without it.
+// continue exactly as one process that never stopped; a full context drops the oldest turns when asked.
+// SmolLM2 (its ChatML template); skipped without it.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -115,4 +116,23 @@ TEST_CASE("mk chat: /save, then /load in a new process continues as if never sto
     fs::remove(state);
     CHECK(WEXITSTATUS(refused.status) == 2);
     CHECK(refused.err.find("mk: error: " + state + ": saved with a context of 256 tokens") != std::string::npos);
+}
+
+TEST_CASE("mk chat: a full context drops the oldest turns on request and goes on", "[cpu][model][cli]") {
+    MK_SKIP_IF_MISSING(mk::test::default_model_path(), "tools/setup.sh");
+    // -c 96: the fourth turn does not fit after three; the next line answers the question.
+    const Run r = chat("Hi\nWhat is 2+2?\nAnd 3+3?\nAnd 4+4?\nd\nAnd 5+5?\n", "--temp 0 -n 8 -c 96");
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    REQUIRE(r.turns.size() == 5);
+    CHECK(r.err.find("mk: the context of 96 tokens is full. [s]top, or [d]rop") != std::string::npos);
+    CHECK(r.err.find("mk: re-running ") != std::string::npos);
+    const int32_t before_drop = r.turns[2].at("n_past");
+    CHECK(r.turns[3].at("n_past_before").get<int32_t>() < before_drop);  // the oldest turns are gone
+    CHECK(r.turns[3].at("n_past_before").get<int32_t>() > 0);           // the system prefix and newest turns stay
+
+    // Answered "stop" (or no answer at all): the conversation ends there, exit 0.
+    const Run stop = chat("Hi\nWhat is 2+2?\nAnd 3+3?\nAnd 4+4?\n", "--temp 0 -n 8 -c 96");
+    CHECK(stop.status == 0);
+    CHECK(stop.turns.size() == 3);
 }

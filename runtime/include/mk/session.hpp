@@ -70,8 +70,11 @@ public:
 
     // A whole generation: the prompt (wrapped in the chat template when options.chat), then up to
     // max_tokens tokens, each piece of text passed to on_text as it completes. It starts a fresh sequence,
-    // or with options.append continues the one the session holds (only the prompt's tokens run).
-    // Afterwards the session holds the prompt and the generated tokens it ran.
+    // or with options.append continues the one the session holds (only the prompt's tokens run; with chat,
+    // the prompt is wrapped as a conversation of its own, so a multi-turn chat appends token ids instead).
+    // Afterwards the session holds the prompt and the generated tokens it ran: the last generated token
+    // has not run (put it first in the next appended prompt to keep it; an end-of-generation token is
+    // not in `tokens`).
     GenerateResult generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text = {});
     GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                             const TextCallback& on_text = {});

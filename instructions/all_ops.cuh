@@ -28,4 +28,17 @@ __device__ inline void run_device_op(const Instruction& ins, const DeviceOpConte
     }
 }
 
+// The instruction's effects as its spec declares them (a peer's memory, the step's token).
+__device__ inline Effects device_effects(const Instruction& ins) {
+    switch (Opcode(ins.opcode)) {
+#define MK_OP(snake, Pascal) \
+    case Opcode::snake:      \
+        return Pascal##Op::effects(ins);
+#include "instructions/ops.def"
+#undef MK_OP
+    default:
+        return {};
+    }
+}
+
 }  // namespace mk

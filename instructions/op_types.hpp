@@ -73,6 +73,23 @@ struct PagePlan {
     std::vector<uint32_t> release_order;
 };
 
+// What an instruction does beyond its accesses in its own rank's memory: the cases the backends, the
+// verifier and the simulator treat specially, declared by each op's spec (`effects`), never by opcode.
+inline constexpr uint32_t kNoRank = 0xffffffffu;
+inline constexpr uint32_t kNoOffset = 0xffffffffu;
+struct Effects {
+    uint32_t peer_rank = kNoRank;   // its writes land in this rank's memory and its signals bump this rank's counters
+    uint32_t token_off = kNoOffset; // it writes the step's sampled token (i32) at this arena offset
+    MK_HOST_DEVICE bool writes_peer() const { return peer_rank != kNoRank; }
+    MK_HOST_DEVICE bool posts_token() const { return token_off != kNoOffset; }
+};
+
+// How close a backend's output must be to the op's float64 reference: |got - want| <= rel * max |want| over
+// the output range (or rel, when the range is all zeros). Outputs of one range share a scale (a row block's dots).
+struct Tolerance {
+    double rel = 0.0;
+};
+
 struct Cost {
     uint64_t weight_bytes = 0;  // streamed from global memory once per step
     uint64_t activation_bytes = 0;

@@ -1,28 +1,27 @@
 // The host op registry: one table entry per line of ops.def.
 #include "instructions/registry.hpp"
 
-#include "instructions/attn_partial/attn_partial.hpp"
-#include "instructions/attn_reduce/attn_reduce.hpp"
-#include "instructions/embed/embed.hpp"
-#include "instructions/matvec_add/matvec_add.hpp"
-#include "instructions/rms_gate_up/rms_gate_up.hpp"
-#include "instructions/rms_lm_head/rms_lm_head.hpp"
-#include "instructions/rms_qkv/rms_qkv.hpp"
-#include "instructions/reduce_add/reduce_add.hpp"
-#include "instructions/sample/sample.hpp"
-#include "instructions/transfer/transfer.hpp"
+#include "instructions/all_ops.hpp"
 #include "models/error.hpp"
+
+#include <type_traits>
 
 namespace mk {
 
 namespace {
 const OpInfo kOps[] = {
 #define MK_OP(snake, Pascal) \
-    {#snake, &Pascal##Op::accesses, &Pascal##Op::weights, &Pascal##Op::page_plan, &Pascal##Op::cost, &Pascal##Op::run_cpu, &Pascal##Op::describe},
+    {#snake, &Pascal##Op::effects, &Pascal##Op::accesses, &Pascal##Op::weights, &Pascal##Op::page_plan, &Pascal##Op::cost, &Pascal##Op::run_cpu, &Pascal##Op::describe},
 #include "instructions/ops.def"
 #undef MK_OP
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Opcode::count));
+// Each spec names its own opcode and Args: a folder wired to the wrong line of ops.def does not compile.
+#define MK_OP(snake, Pascal)                                                                                     \
+    static_assert(Pascal##Op::opcode == Opcode::snake, #Pascal "Op::opcode is not Opcode::" #snake);              \
+    static_assert(std::is_same_v<Pascal##Op::Args, Pascal##Args>, #Pascal "Op::Args is not " #Pascal "Args");
+#include "instructions/ops.def"
+#undef MK_OP
 }  // namespace
 
 std::vector<uint32_t> present(std::initializer_list<uint32_t> ids) {

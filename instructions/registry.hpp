@@ -8,6 +8,11 @@
 
 namespace mk {
 
+// The op test's types (instructions/op_reference.hpp): each spec declares its float64 reference and cases.
+struct OpBuffers;
+struct OpCase;
+struct Expected;
+
 // What a page plan depends on: the weights' formats and the target's pages.
 struct PlanInputs {
     const WeightFormat* weights = nullptr;  // indexed by weight id
@@ -17,6 +22,7 @@ struct PlanInputs {
 
 struct OpInfo {
     const char* name;
+    Effects (*effects)(const Instruction&);
     std::vector<Access> (*accesses)(const Instruction&, const ModelDims&);
     std::vector<uint32_t> (*weights)(const Instruction&);  // the weight ids it reads
     PagePlan (*page_plan)(const Instruction&, const PlanInputs&);
@@ -24,6 +30,15 @@ struct OpInfo {
     void (*run_cpu)(const Instruction&, OpContext&);
     std::string (*describe)(const Instruction&);
 };
+
+// The instruction of `Op` with these arguments (opcode from the type: an Args of another op does not compile).
+template <typename Op>
+Instruction make_instruction(const typename Op::Args& args) {
+    Instruction ins{};
+    ins.opcode = uint16_t(Op::opcode);
+    encode_args(args, ins);
+    return ins;
+}
 
 // Weight ids with the optional ones (kNoWeight) left out.
 std::vector<uint32_t> present(std::initializer_list<uint32_t> ids);

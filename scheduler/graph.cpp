@@ -6,16 +6,7 @@
 
 #include <algorithm>
 
-#include "instructions/attn_partial/attn_partial.hpp"
-#include "instructions/attn_reduce/attn_reduce.hpp"
-#include "instructions/embed/embed.hpp"
-#include "instructions/matvec_add/matvec_add.hpp"
-#include "instructions/reduce_add/reduce_add.hpp"
-#include "instructions/rms_gate_up/rms_gate_up.hpp"
-#include "instructions/rms_lm_head/rms_lm_head.hpp"
-#include "instructions/rms_qkv/rms_qkv.hpp"
-#include "instructions/sample/sample.hpp"
-#include "instructions/transfer/transfer.hpp"
+#include "instructions/all_ops.hpp"
 #include "models/error.hpp"
 #include "scheduler/tensor_parallel.hpp"
 
@@ -76,12 +67,12 @@ private:
         return tp_ == 1 ? what : fmt::format("r{}.{}", rank, what);
     }
 
-    template <typename Op, typename Args>
-    void add(uint32_t rank, Opcode opcode, const Args& args, uint32_t group, std::vector<GroupDep> deps) {
+    // The opcode comes from Op and the arguments must be Op::Args: add<MatvecAddOp>(k, RmsGateUpArgs{...}) does not compile.
+    template <typename Op>
+    void add(uint32_t rank, const typename Op::Args& args, uint32_t group, std::vector<GroupDep> deps) {
         GraphNode node;
-        node.ins.opcode = uint16_t(opcode);
+        node.ins = make_instruction<Op>(args);
         node.ins.seq = uint32_t(graph_.nodes.size());
-        encode_args(args, node.ins);
         PagePlan plan = Op::page_plan(node.ins, plan_inputs_);
         node.ins.n_pages = uint8_t(plan.n_pages);
         node.cost = Op::cost(node.ins, graph_.dims, graph_.weights.data());
@@ -159,8 +150,7 @@ std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, Lay
     if (tp_ == 1) {
         done[0] = group(fmt::format("{}.L{}", what, l));
         for (uint32_t r = 0; r < d.d_model; r += rows)
-            add<MatvecAddOp>(0, Opcode::matvec_add,
-                             MatvecAddArgs{layer_weight_id(l, w), r, std::min(rows, d.d_model - r), cols,
+            add<MatvecAddOp>(0, MatvecAddArgs{layer_weight_id(l, w), r, std::min(rows, d.d_model - r), cols,
                                            ranks_[0].*in, ranks_[0].x, 0},
                              done[0], {{ready[0], Operand::input}});
         return done;
@@ -180,8 +170,7 @@ std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, Lay
     for (uint32_t k = 0; k < tp_; ++k) {
         const uint32_t own = (ranks_[k].*recv)[l] + k * slot;
         for (uint32_t r = 0; r < d.d_model; r += rows)
-            add<MatvecAddOp>(k, Opcode::matvec_add,
-                             MatvecAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
+            add<MatvecAddOp>(k, MatvecAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
                                            std::min(rows, d.d_model - r), cols, ranks_[k].*in, own, 1},
                              part[k][r / chunk_rows], {{ready[k], Operand::input}});
     }
@@ -192,7 +181,7 @@ std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, Lay
                 if (p == k) continue;
                 const uint32_t r = c * chunk_rows, bytes = 4 * (std::min(d.d_model, r + chunk_rows) - r);
                 const uint32_t src = (ranks_[k].*recv)[l] + k * slot + 4 * r, dst = (ranks_[p].*recv)[l] + k * slot + 4 * r;
-                add<TransferOp>(k, Opcode::transfer, TransferArgs{src, dst, bytes, p}, received[p][c],
+                add<TransferOp>(k, TransferArgs{src, dst, bytes, p}, received[p][c],
                                 {{part[k][c], Operand::input}});
             }
     // The sum of all ranks' partials in rank order, chunk by chunk as they arrive.
@@ -200,8 +189,7 @@ std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, Lay
         done[k] = group(name(k, fmt::format("{}.L{}", what, l)));
         for (uint32_t c = 0; c < n_chunks; ++c) {
             const uint32_t r = c * chunk_rows;
-            add<ReduceAddOp>(k, Opcode::reduce_add,
-                             ReduceAddArgs{ranks_[k].x, (ranks_[k].*recv)[l], slot, r,
+            add<ReduceAddOp>(k, ReduceAddArgs{ranks_[k].x, (ranks_[k].*recv)[l], slot, r,
                                            std::min(d.d_model, r + chunk_rows) - r, tp_},
                              done[k], {{part[k][c], Operand::partials}, {received[k][c], Operand::partials}});
         }
@@ -230,7 +218,7 @@ Graph GraphBuilder::build() {
     for (uint32_t k = 0; k < tp_; ++k) g_sample[k] = group(name(k, "sample"));  // embed waits for the previous step's
     for (uint32_t k = 0; k < tp_; ++k) {
         residual_ready[k] = group(name(k, "embed"));
-        add<EmbedOp>(k, Opcode::embed, EmbedArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].x, d.d_model},
+        add<EmbedOp>(k, EmbedArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].x, d.d_model},
                      residual_ready[k], {{g_sample[k], Operand::output, true}});
     }
 
@@ -255,19 +243,17 @@ Graph GraphBuilder::build() {
                 for (uint32_t r = 0; r < rows; r += qkv_rows) {
                     RmsQkvArgs a{L, kind, r, std::min(qkv_rows, rows - r), b.x, b.q, lw(w), lw(LayerWeight::attn_norm),
                                  opt(bias), norm, d.d_model, d.head_dim};
-                    add<RmsQkvOp>(k, Opcode::rms_qkv, a, g_qkv, {{residual_ready[k], Operand::input}});
+                    add<RmsQkvOp>(k, a, g_qkv, {{residual_ready[k], Operand::input}});
                 }
             }
             const uint32_t g_attn = group(name(k, fmt::format("attn.L{}", l)));
             for (uint32_t h = 0; h < d.n_kv_heads; ++h)
                 for (uint32_t p = 0; p < parts; ++p)
-                    add<AttnPartialOp>(k, Opcode::attn_partial,
-                                       AttnPartialArgs{L, h, p, parts, b.q, b.attn_o, b.attn_ml, d.head_dim, d.group_size()},
+                    add<AttnPartialOp>(k, AttnPartialArgs{L, h, p, parts, b.q, b.attn_o, b.attn_ml, d.head_dim, d.group_size()},
                                        g_attn, {{g_qkv, Operand::kv_cache}});
             g_reduce[k] = group(name(k, fmt::format("attn_reduce.L{}", l)));
             for (uint32_t h = 0; h < d.n_kv_heads; ++h)
-                add<AttnReduceOp>(k, Opcode::attn_reduce,
-                                  AttnReduceArgs{L, h, parts, b.attn_o, b.attn_ml, b.attn_out, d.head_dim, d.group_size()},
+                add<AttnReduceOp>(k, AttnReduceArgs{L, h, parts, b.attn_o, b.attn_ml, b.attn_out, d.head_dim, d.group_size()},
                                   g_reduce[k], {{g_attn, Operand::partials}});
         }
         const std::vector<uint32_t> g_o =
@@ -277,8 +263,7 @@ Graph GraphBuilder::build() {
             auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
             g_gate_up[k] = group(name(k, fmt::format("gate_up.L{}", l)));
             for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
-                add<RmsGateUpOp>(k, Opcode::rms_gate_up,
-                                 RmsGateUpArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, ranks_[k].x, ranks_[k].act,
+                add<RmsGateUpOp>(k, RmsGateUpArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, ranks_[k].x, ranks_[k].act,
                                                lw(LayerWeight::w_gate), lw(LayerWeight::w_up), lw(LayerWeight::ffn_norm)},
                                  g_gate_up[k], {{g_o[k], Operand::input}});
         }
@@ -292,8 +277,7 @@ Graph GraphBuilder::build() {
         const RankBuffers& b = ranks_[k];
         const uint32_t begin = tp_vocab_begin(d.vocab, tp_, k), end = tp_vocab_begin(d.vocab, tp_, k + 1);
         for (uint32_t r = begin, block = first_block[k]; r < end; r += lm_rows[k], ++block)
-            add<RmsLmHeadOp>(k, Opcode::rms_lm_head,
-                             RmsLmHeadArgs{r, std::min(lm_rows[k], end - r), block, d.d_model, b.x, b.logits, b.argmax,
+            add<RmsLmHeadOp>(k, RmsLmHeadArgs{r, std::min(lm_rows[k], end - r), block, d.d_model, b.x, b.logits, b.argmax,
                                            global_weight_id(GlobalWeight::lm_head),
                                            global_weight_id(GlobalWeight::output_norm)},
                              g_lm[k], {{residual_ready[k], Operand::input}});
@@ -305,12 +289,10 @@ Graph GraphBuilder::build() {
             const uint32_t begin = tp_vocab_begin(d.vocab, tp_, k), end = tp_vocab_begin(d.vocab, tp_, k + 1);
             for (uint32_t p = 0; p < tp_; ++p) {
                 if (p == k) continue;
-                add<TransferOp>(k, Opcode::transfer,
-                                TransferArgs{ranks_[k].logits + 4 * begin, ranks_[p].logits + 4 * begin, 4 * (end - begin), p},
+                add<TransferOp>(k, TransferArgs{ranks_[k].logits + 4 * begin, ranks_[p].logits + 4 * begin, 4 * (end - begin), p},
                                 g_lm_recv[p], {{g_lm[k], Operand::input}});
                 const uint32_t blocks = first_block[k + 1] - first_block[k];
-                add<TransferOp>(k, Opcode::transfer,
-                                TransferArgs{ranks_[k].argmax + 8 * first_block[k], ranks_[p].argmax + 8 * first_block[k],
+                add<TransferOp>(k, TransferArgs{ranks_[k].argmax + 8 * first_block[k], ranks_[p].argmax + 8 * first_block[k],
                                              8 * blocks, p},
                                 g_lm_recv[p], {{g_lm[k], Operand::input}});
             }
@@ -319,8 +301,7 @@ Graph GraphBuilder::build() {
     for (uint32_t k = 0; k < tp_; ++k) {
         std::vector<GroupDep> deps{{g_lm[k], Operand::logits}};
         if (tp_ > 1) deps.push_back({g_lm_recv[k], Operand::logits});
-        add<SampleOp>(k, Opcode::sample,
-                      SampleArgs{ranks_[k].logits, ranks_[k].argmax, graph_.n_lm_blocks, d.vocab, ranks_[k].token},
+        add<SampleOp>(k, SampleArgs{ranks_[k].logits, ranks_[k].argmax, graph_.n_lm_blocks, d.vocab, ranks_[k].token},
                       g_sample[k], std::move(deps));
     }
     return std::move(graph_);

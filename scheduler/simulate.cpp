@@ -66,7 +66,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
                     fail("simulate: sm {} #{} signals counter {} of {}", sm, i, ins.signals[k].counter,
                          s.counters.size());
             cost[offset[sm] + i] = cost_at(s, ins, options.position);
-            const bool free = options.free_exchange && ins.opcode == uint16_t(Opcode::transfer);
+            const bool free = options.free_exchange && op_info(ins.opcode).effects(ins).writes_peer();
             duration[offset[sm] + i] = free ? 0.0 : node_duration_ns(cost[offset[sm] + i], target);
         }
     }

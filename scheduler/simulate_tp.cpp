@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "instructions/registry.hpp"
-#include "instructions/transfer/transfer.hpp"
 #include "scheduler/simulate.hpp"
 
 namespace mk {
@@ -54,11 +53,13 @@ ExchangeSummary summarize_exchange(const Schedule& s, const Simulation& sim, con
         r.busy_ns += sim.sms[sm].busy_ns;
         for (size_t i = 0; i < s.streams[sm].size(); ++i) {
             const Instruction& ins = s.streams[sm][i];
-            r.weight_bytes += op_info(ins.opcode).cost(ins, s.dims, s.weights.data()).weight_bytes;
-            if (ins.opcode != uint16_t(Opcode::transfer)) continue;
+            const OpInfo& op = op_info(ins.opcode);
+            const Cost cost = op.cost(ins, s.dims, s.weights.data());
+            r.weight_bytes += cost.weight_bytes;
+            if (!op.effects(ins).writes_peer()) continue;
             const SimEvent& e = sim.timeline[sm][i];
             r.n_transfers++;
-            r.sent_bytes += decode_args<TransferArgs>(ins).bytes;
+            r.sent_bytes += cost.link_bytes;
             flights[k].push_back({e.start_ns, e.end_ns + latency_ns});
         }
     }

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "instructions/registry.hpp"
-#include "instructions/transfer/transfer.hpp"
 #include "scheduler/verify_internal.hpp"
 
 namespace mk::verify_detail {
@@ -38,8 +37,9 @@ void check_counter_owners(Context& ctx) {
     for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
         const Instruction& ins = *ctx.ins[f];
         const uint32_t rank = s.rank_of_stream(ctx.stream_of[f]);
-        const bool transfer = ins.opcode == uint16_t(Opcode::transfer);
-        const uint32_t target = transfer ? decode_args<TransferArgs>(ins).dst_rank : rank;
+        const Effects effects = op_info(ins.opcode).effects(ins);
+        const bool transfer = effects.writes_peer();
+        const uint32_t target = transfer ? effects.peer_rank : rank;
         for (uint32_t g = 0; g < std::min<uint32_t>(ins.n_signals, kMaxSignals); ++g) {
             const uint16_t c = ins.signals[g].counter;
             if (c < owner.size() && owner[c] && *owner[c] != target)
@@ -78,8 +78,9 @@ void check_ranks(Context& ctx) {
                                                         ctx.label(f), rank, what, begin, end, first,
                                                         last != first ? fmt::format("..{}", last) : ""));
         };
-        const bool transfer = ins.opcode == uint16_t(Opcode::transfer);
-        const uint32_t peer = transfer ? decode_args<TransferArgs>(ins).dst_rank : rank;
+        const Effects effects = op.effects(ins);
+        const bool transfer = effects.writes_peer();
+        const uint32_t peer = transfer ? effects.peer_rank : rank;
         if (transfer && (peer == rank || peer >= s.tp_size))
             ctx.add(VerifyCheck::ranks, fmt::format("ranks: {} on rank {} sends to rank {}", ctx.label(f), rank, peer));
         for (const Access& a : op.accesses(ins, s.dims)) {

@@ -27,6 +27,9 @@ MK_HOST_DEVICE inline void attn_chunk(int32_t pos, uint32_t part, uint32_t n_par
 }
 
 struct AttnPartialOp {
+    static constexpr Opcode opcode = Opcode::attn_partial;
+    using Args = AttnPartialArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
         auto a = decode_args<AttnPartialArgs>(ins);
         // One access per query head of the group: a corrupt group would ask for billions of them.
@@ -57,6 +60,10 @@ struct AttnPartialOp {
         return {0, 2 * 4 * positions * a.head_dim, 4 * positions * a.head_dim * a.group};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (attn_partial_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     [[noreturn]] static void fail_heads(const AttnPartialArgs& a, const ModelDims& dims);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };

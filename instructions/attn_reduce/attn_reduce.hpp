@@ -17,6 +17,9 @@ struct AttnReduceArgs {
 };
 
 struct AttnReduceOp {
+    static constexpr Opcode opcode = Opcode::attn_reduce;
+    using Args = AttnReduceArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<AttnReduceArgs>(ins);
         const uint64_t h0 = uint64_t(a.kv_head) * a.group, h1 = h0 + a.group;
@@ -34,6 +37,10 @@ struct AttnReduceOp {
         return {0, 4 * values, 3 * values};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (attn_reduce_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

@@ -12,6 +12,9 @@ struct EmbedArgs {
 };
 
 struct EmbedOp {
+    static constexpr Opcode opcode = Opcode::embed;
+    using Args = EmbedArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<EmbedArgs>(ins);
         return {{Space::arena, a.x_off, a.x_off + 4ull * a.d_model, true}};
@@ -27,6 +30,10 @@ struct EmbedOp {
         return {w[a.weight].row_bytes, 4ull * a.d_model, 0};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (embed_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-6};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

@@ -17,6 +17,9 @@ struct MatvecAddArgs {
 };
 
 struct MatvecAddOp {
+    static constexpr Opcode opcode = Opcode::matvec_add;
+    using Args = MatvecAddArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<MatvecAddArgs>(ins);
         uint64_t x = a.x_off + 4ull * a.row_begin;
@@ -39,6 +42,10 @@ struct MatvecAddOp {
         return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * (a.cols + 2 * a.n_rows), 2ull * a.n_rows * a.cols};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (matvec_add_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

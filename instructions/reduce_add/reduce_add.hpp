@@ -16,6 +16,9 @@ struct ReduceAddArgs {
 };
 
 struct ReduceAddOp {
+    static constexpr Opcode opcode = Opcode::reduce_add;
+    using Args = ReduceAddArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static constexpr uint32_t kMaxSlots = 64;  // the largest TP size
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<ReduceAddArgs>(ins);
@@ -35,6 +38,10 @@ struct ReduceAddOp {
         return {0, 4ull * a.n_rows * (a.n_slots + 2), uint64_t(a.n_rows) * a.n_slots};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (reduce_add_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-6};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
     [[noreturn]] static void fail_slots(const ReduceAddArgs& a);
 };

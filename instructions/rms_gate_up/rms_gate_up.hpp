@@ -18,6 +18,9 @@ struct RmsGateUpArgs {
 };
 
 struct RmsGateUpOp {
+    static constexpr Opcode opcode = Opcode::rms_gate_up;
+    using Args = RmsGateUpArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<RmsGateUpArgs>(ins);
         uint64_t act = a.act_off + 4ull * a.row_begin;
@@ -41,6 +44,10 @@ struct RmsGateUpOp {
                 4ull * a.n_rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (rms_gate_up_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

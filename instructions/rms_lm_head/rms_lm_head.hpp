@@ -18,6 +18,9 @@ struct RmsLmHeadArgs {
 };
 
 struct RmsLmHeadOp {
+    static constexpr Opcode opcode = Opcode::rms_lm_head;
+    using Args = RmsLmHeadArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<RmsLmHeadArgs>(ins);
         uint64_t logits = a.logits_off + 4ull * a.row_begin, slot = a.argmax_off + 8ull * a.block;
@@ -41,6 +44,10 @@ struct RmsLmHeadOp {
         return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * (a.d_model + a.n_rows), 2ull * a.n_rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (rms_lm_head_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

@@ -24,6 +24,9 @@ struct RmsQkvArgs {
 };
 
 struct RmsQkvOp {
+    static constexpr Opcode opcode = Opcode::rms_qkv;
+    using Args = RmsQkvArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
         auto a = decode_args<RmsQkvArgs>(ins);
         std::vector<Access> out{{Space::arena, a.x_off, a.x_off + 4ull * a.d_model, false}};
@@ -57,6 +60,10 @@ struct RmsQkvOp {
         return {rows * w[a.weight].row_bytes, 4ull * (a.d_model + rows), 2 * rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (rms_qkv_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

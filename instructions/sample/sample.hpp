@@ -14,6 +14,12 @@ struct SampleArgs {
 };
 
 struct SampleOp {
+    static constexpr Opcode opcode = Opcode::sample;
+    using Args = SampleArgs;
+    // It writes the step's token: the backend posts it to the host (and stops on a stop token).
+    MK_HOST_DEVICE static Effects effects(const Instruction& ins) {
+        return {kNoRank, decode_args<SampleArgs>(ins).token_off};
+    }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<SampleArgs>(ins);
         return {{Space::arena, a.logits_off, a.logits_off + 4ull * a.vocab, false},
@@ -27,6 +33,10 @@ struct SampleOp {
         return {0, 8ull * a.n_blocks, a.n_blocks};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (sample_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{0};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

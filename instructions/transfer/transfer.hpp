@@ -15,6 +15,12 @@ struct TransferArgs {
 };
 
 struct TransferOp {
+    static constexpr Opcode opcode = Opcode::transfer;
+    using Args = TransferArgs;
+    // Its write lands in dst_rank's memory and its signals bump dst_rank's counters.
+    MK_HOST_DEVICE static Effects effects(const Instruction& ins) {
+        return {decode_args<TransferArgs>(ins).dst_rank, kNoOffset};
+    }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<TransferArgs>(ins);
         return {{Space::arena, a.src_off, uint64_t(a.src_off) + a.bytes, false},
@@ -29,6 +35,10 @@ struct TransferOp {
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
+    // The float64 reference and its generated cases (transfer_reference.cpp), checked by tests/instructions/.
+    static constexpr Tolerance tolerance{0};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };
 

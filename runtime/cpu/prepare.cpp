@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
 #include "runtime/stall_report.hpp"
 
@@ -73,8 +72,9 @@ void check_plan(const Schedule& s, const ProgramMemory& memory, const Instructio
 // an access outside the rank's own (a transfer's write: its peer's) would touch memory that is not there.
 void check_rank_bounds(const Schedule& s, uint32_t rank, const Instruction& ins, const Access& a) {
     uint32_t owner = rank;
-    if (ins.opcode == uint16_t(Opcode::transfer) && a.write) {
-        owner = decode_args<TransferArgs>(ins).dst_rank;
+    const Effects effects = op_info(ins.opcode).effects(ins);
+    if (effects.writes_peer() && a.write) {
+        owner = effects.peer_rank;
         if (owner >= s.tp_size) fail("sends to rank {} of {}", owner, s.tp_size);
     }
     const uint64_t per_rank = a.space == Space::arena ? s.rank_arena_bytes

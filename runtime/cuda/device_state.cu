@@ -178,7 +178,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
 
     uint32_t samples = 0;
     for (const auto& stream : s.schedule.streams)
-        for (const Instruction& ins : stream) samples += Opcode(ins.opcode) == Opcode::sample;
+        for (const Instruction& ins : stream) samples += op_info(ins.opcode).effects(ins).posts_token();
     if (samples != tp)
         fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({})", samples, tp);
 
@@ -237,7 +237,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     std::vector<uint8_t> remote(counter_bytes / 8, 0);
     for (const auto& stream : s.schedule.streams)
         for (const Instruction& ins : stream)
-            if (Opcode(ins.opcode) == Opcode::transfer)
+            if (op_info(ins.opcode).effects(ins).writes_peer())
                 for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
     s.counter_is_remote = upload_vector(remote, "counter scopes");
     s.rope = upload_vector(bound.rope_inv_freq, "RoPE table");

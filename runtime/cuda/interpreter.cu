@@ -136,9 +136,10 @@ struct Consumers {
             team.sync();                      // the op's stores are done before they are published
             if (sh.op_failed) return false;   // so the whole team leaves together
             if (team.rank == 0) {
-                if (Opcode(ins.opcode) == Opcode::transfer) {
+                const Effects effects = device_effects(ins);
+                if (effects.writes_peer()) {
                     // The peer's counter, after the copy into its memory: system scope (NVLink, another GPU).
-                    uint64_t* peer = ctx.ranks[decode_args<TransferArgs>(ins).dst_rank].counters;
+                    uint64_t* peer = ctx.ranks[effects.peer_rank].counters;
                     __threadfence_system();
                     for (uint32_t g = 0; g < ins.n_signals; ++g)
                         cuda_sync::release_add_system(&peer[ins.signals[g].counter], ins.signals[g].delta);
@@ -152,7 +153,7 @@ struct Consumers {
                     }
                 }
                 // A TP schedule samples the same token on every rank; this GPU's first rank's goes to its host mailbox.
-                if (Opcode(ins.opcode) == Opcode::sample && decode_args<SampleArgs>(ins).token_off == P.token_off)
+                if (effects.token_off == P.token_off)
                     post_token(step);
                 if (tiles.used) sh.consumer_ring.finish(P.release_order + P.release_begin[i], tiles.used);
                 if (trace) trace->end = cuda_sync::global_timer_ns();

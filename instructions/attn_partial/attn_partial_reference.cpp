@@ -1,0 +1,66 @@
+// attn_partial's float64 reference and cases: one KV head's chunk of positions (some empty) for each
+// query head of its group.
+#include "instructions/attn_partial/attn_partial.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "instructions/op_reference.hpp"
+
+namespace mk {
+
+std::vector<Expected> AttnPartialOp::reference(const Instruction& ins, const OpBuffers& b) {
+    const auto a = decode_args<AttnPartialArgs>(ins);
+    int32_t begin = 0, end = 0;
+    attn_chunk(b.step.pos, a.part, a.n_parts, begin, end);
+    std::vector<Expected> out;
+    for (uint32_t g = 0; g < a.group; ++g) {
+        const uint32_t h = a.kv_head * a.group + g;
+        const std::vector<double> q = ref_f32(b, a.q_off + 4ull * h * a.head_dim, a.head_dim);
+        std::vector<double> scores;
+        for (int32_t t = begin; t < end; ++t) {
+            const float* k = &b.k_cache[b.cache_index(a.layer, a.kv_head, t)];
+            scores.push_back(ref_dot(q, std::vector<double>(k, k + a.head_dim)) / std::sqrt(double(a.head_dim)));
+        }
+        double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+        for (double s : scores) m = std::max(m, s);
+        std::vector<double> o(a.head_dim, 0.0);
+        for (int32_t t = begin; t < end; ++t) {
+            const double p = std::exp(scores[size_t(t - begin)] - m);
+            l += p;
+            const float* v = &b.v_cache[b.cache_index(a.layer, a.kv_head, t)];
+            for (uint32_t i = 0; i < a.head_dim; ++i) o[i] += p * v[i];
+        }
+        const uint64_t slot = uint64_t(h) * a.n_parts + a.part;
+        out.push_back(ref_arena(fmt::format("o head {}", h), a.o_off + 4 * slot * a.head_dim, std::move(o)));
+        out.push_back(ref_arena(fmt::format("(m, l) head {}", h), a.ml_off + 8 * slot, {m, l}));
+    }
+    return out;
+}
+
+std::vector<OpCase> AttnPartialOp::cases(uint64_t seed) {
+    struct Shape {
+        int32_t pos;
+        uint32_t kv_head, part, n_parts;
+    };
+    const ModelDims dims{.n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .head_dim = 32};
+    std::vector<OpCase> out;
+    // pos 1 in 4 parts: part 3 is empty (m = -inf, l = 0).
+    for (const Shape& s : {Shape{0, 0, 0, 1}, Shape{20, 1, 1, 3}, Shape{20, 0, 2, 3}, Shape{1, 1, 3, 4}, Shape{37, 1, 0, 2}}) {
+        CaseBuilder c(dims, seed++);
+        c.caches(40);
+        c.buffers().step.pos = s.pos;
+        const uint32_t q = c.activation(dims.q_dim());
+        const uint32_t o = c.activation(uint64_t(dims.n_heads) * s.n_parts * dims.head_dim);
+        const uint32_t ml = c.activation(2ull * dims.n_heads * s.n_parts);
+        const AttnPartialArgs a{1, s.kv_head, s.part, s.n_parts, q, o, ml, dims.head_dim, dims.group_size()};
+        out.push_back(c.finish(fmt::format("attn_partial pos {} kv{} part {}/{}", s.pos, s.kv_head, s.part, s.n_parts),
+                               make_instruction<AttnPartialOp>(a)));
+    }
+    return out;
+}
+
+}  // namespace mk

@@ -1,0 +1,128 @@
+// The reference registry (one entry per line of ops.def) and the helpers the references and cases share.
+#include "instructions/op_reference.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "instructions/all_ops.hpp"
+#include "models/error.hpp"
+#include "models/quant.hpp"
+
+namespace mk {
+
+namespace {
+const OpReference kReferences[] = {
+#define MK_OP(snake, Pascal) {#snake, &Pascal##Op::reference, &Pascal##Op::cases, Pascal##Op::tolerance},
+#include "instructions/ops.def"
+#undef MK_OP
+};
+static_assert(sizeof(kReferences) / sizeof(kReferences[0]) == size_t(Opcode::count));
+
+constexpr uint64_t kAlign = 256;  // as the graph's buffers
+}  // namespace
+
+const OpReference& op_reference(uint16_t opcode) {
+    if (!is_valid_opcode(opcode)) fail("unknown opcode {}", opcode);
+    return kReferences[opcode];
+}
+
+CaseBuilder::CaseBuilder(const ModelDims& dims, uint64_t seed, uint32_t n_ranks, uint64_t rank_bytes)
+    : rng_(seed), used_(n_ranks, 0) {
+    if (n_ranks > 1 && rank_bytes % kAlign != 0) fail("case: {} ranks need a region size, a multiple of {}", n_ranks, kAlign);
+    b_.dims = dims;
+    b_.n_ranks = n_ranks;
+    b_.rank_arena_bytes = rank_bytes;
+}
+
+uint32_t CaseBuilder::activation(uint64_t n, float scale, uint32_t rank) {
+    const uint64_t offset = (used_.at(rank) + kAlign - 1) / kAlign * kAlign;
+    used_[rank] = offset + 4 * n;
+    if (b_.n_ranks > 1 && used_[rank] > b_.rank_arena_bytes) fail("case: rank {}'s buffers exceed its region", rank);
+    std::vector<float> values(n);
+    for (float& v : values) v = uniform(-scale, scale);
+    const uint64_t global = offset + rank * b_.rank_arena_bytes;
+    fills_.push_back({global, std::move(values)});
+    return uint32_t(global);
+}
+
+uint32_t CaseBuilder::weight(DType dtype, uint32_t rows, uint32_t cols, float scale) {
+    WeightFormat f;
+    f.dtype = uint32_t(dtype);
+    f.rows = rows;
+    f.cols = cols;
+    f.row_bytes = row_bytes(dtype, cols);
+    std::vector<uint8_t> bytes(f.row_bytes * rows);
+    std::vector<float> row(cols);
+    for (uint32_t r = 0; r < rows; ++r) {
+        for (float& v : row) v = uniform(-scale, scale);
+        quantize_row(dtype, row.data(), bytes.data() + r * f.row_bytes, cols);
+    }
+    b_.formats.push_back(f);
+    b_.weights.push_back(std::move(bytes));
+    return uint32_t(b_.formats.size() - 1);
+}
+
+void CaseBuilder::caches(uint32_t ctx_len) {
+    const ModelDims& d = b_.dims;
+    b_.ctx_len = ctx_len;
+    const uint64_t n = uint64_t(d.n_layers) * d.n_kv_heads * ctx_len * d.head_dim;
+    for (auto* cache : {&b_.k_cache, &b_.v_cache}) {
+        cache->resize(n);
+        for (float& v : *cache) v = uniform(-1.0f, 1.0f);
+    }
+    b_.rope_inv_freq.resize(d.head_dim / 2);
+    for (uint32_t i = 0; i < d.head_dim / 2; ++i)
+        b_.rope_inv_freq[i] = float(std::pow(10000.0, -2.0 * i / d.head_dim));
+}
+
+OpCase CaseBuilder::finish(std::string name, const Instruction& ins) {
+    if (b_.n_ranks == 1) b_.rank_arena_bytes = (used_[0] + kAlign - 1) / kAlign * kAlign;
+    b_.arena.resize(b_.rank_arena_bytes * b_.n_ranks);
+    for (size_t i = 0; i < b_.arena.size(); i += 4) {  // non-zero filler where no buffer lies
+        const float v = uniform(0.5f, 1.5f);
+        std::memcpy(&b_.arena[i], &v, 4);
+    }
+    for (const auto& [offset, values] : fills_) std::memcpy(&b_.arena[offset], values.data(), 4 * values.size());
+    fills_.clear();
+    return {std::move(name), ins, std::move(b_)};
+}
+
+std::vector<double> ref_f32(const OpBuffers& b, uint64_t byte_offset, uint64_t n) {
+    if (byte_offset + 4 * n > b.arena.size())
+        fail("reference: arena bytes [{}, {}) outside {}", byte_offset, byte_offset + 4 * n, b.arena.size());
+    std::vector<double> out(n);
+    for (uint64_t i = 0; i < n; ++i) {
+        float v;
+        std::memcpy(&v, &b.arena[byte_offset + 4 * i], 4);
+        out[i] = v;
+    }
+    return out;
+}
+
+std::vector<double> ref_row(const OpBuffers& b, uint32_t weight, uint32_t row) {
+    const WeightFormat& f = b.formats.at(weight);
+    if (row >= f.rows) fail("reference: row {} of weight {} with {} rows", row, weight, f.rows);
+    std::vector<float> values(f.cols);
+    dequantize_row(DType(f.dtype), b.weights[weight].data() + row * f.row_bytes, values.data(), f.cols);
+    return {values.begin(), values.end()};
+}
+
+double ref_dot(const std::vector<double>& a, const std::vector<double>& b) {
+    double sum = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+std::vector<double> ref_rms_norm(const OpBuffers& b, const std::vector<double>& x, uint32_t norm_weight) {
+    const std::vector<double> w = ref_row(b, norm_weight, 0);
+    const double scale = 1.0 / std::sqrt(ref_dot(x, x) / double(x.size()) + b.dims.norm_eps);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = w[i] * x[i] * scale;
+    return out;
+}
+
+Expected ref_arena(std::string what, uint64_t byte_offset, std::vector<double> values) {
+    return {std::move(what), Space::arena, byte_offset, std::move(values)};
+}
+
+}  // namespace mk

@@ -1,0 +1,28 @@
+// A backend of the registry-driven op test: runs one instruction on an OpBuffers (instructions/op_reference.hpp)
+// in place. The CPU ops are one; the CUDA emulator's device ops join as another (docs/architecture.md).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "instructions/op_reference.hpp"
+
+namespace mk {
+
+class OpBackend {
+public:
+    virtual ~OpBackend() = default;
+    virtual std::string name() const = 0;
+    // The backend's own relative error on top of the op's tolerance (an approximation it documents).
+    virtual double extra_rel() const { return 0.0; }
+    // Runs `ins` on `buffers` (arena, weights, caches, step) as the backend's interpreter would; throws mk::Error.
+    virtual void run(const Instruction& ins, OpBuffers& buffers) = 0;
+};
+
+// The CPU ops (run_cpu) with tiles staged through checked pages, in the given dot mode.
+std::unique_ptr<OpBackend> make_cpu_op_backend(CpuDots dots);
+
+// Every backend this build has.
+std::vector<std::unique_ptr<OpBackend>> op_backends();
+
+}  // namespace mk

@@ -1,0 +1,170 @@
+// The registry-driven op test: every op of ops.def x its generated cases (shapes, weight formats) x every
+// backend, against the op's float64 reference with the op's tolerance. It also holds the spec to its
+// accesses: the reference's outputs are exactly the op's declared writes, and nothing else changes.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tests/instructions/op_backend.hpp"
+
+namespace mk {
+namespace {
+
+constexpr uint64_t kSeed = 20261203;
+
+// Which arena bytes and cache floats an instruction may write: its declared write accesses.
+struct WriteMask {
+    std::vector<bool> arena, k_cache, v_cache;
+    explicit WriteMask(const OpBuffers& b)
+        : arena(b.arena.size(), false), k_cache(b.k_cache.size(), false), v_cache(b.v_cache.size(), false) {}
+    std::vector<bool>& of(Space space) { return space == Space::arena ? arena : space == Space::k_cache ? k_cache : v_cache; }
+    // Marks [begin, end) of `space`, false when it runs outside the buffer.
+    bool mark(Space space, uint64_t begin, uint64_t end) {
+        std::vector<bool>& m = of(space);
+        if (end > m.size()) return false;
+        std::fill(m.begin() + int64_t(begin), m.begin() + int64_t(end), true);
+        return true;
+    }
+};
+
+// The spec's writes: arena bytes, and KV element slots at the step's position (slot = layer * kv_dim + d).
+WriteMask declared_writes(const Instruction& ins, const OpBuffers& b) {
+    WriteMask m(b);
+    const uint32_t kv_dim = b.dims.kv_dim();
+    for (const Access& a : op_info(ins.opcode).accesses(ins, b.dims)) {
+        if (!a.write) continue;
+        if (a.space == Space::arena) {
+            REQUIRE(m.mark(a.space, a.begin, a.end));
+            continue;
+        }
+        REQUIRE(a.pos == PosMode::at_pos);  // no op writes a range of positions
+        for (uint64_t slot = a.begin; slot < a.end; ++slot) {
+            const uint64_t i = b.cache_index(uint32_t(slot / kv_dim), uint32_t(slot % kv_dim / b.dims.head_dim),
+                                             b.step.pos) + slot % b.dims.head_dim;
+            REQUIRE(m.mark(a.space, i, i + 1));
+        }
+    }
+    return m;
+}
+
+WriteMask expected_writes(const std::vector<Expected>& expected, const OpBuffers& b) {
+    WriteMask m(b);
+    for (const Expected& e : expected) {
+        const uint64_t n = e.check == Check::real ? e.values.size() : 1;
+        const uint64_t unit = e.space == Space::arena ? 4 : 1;
+        INFO(e.what);
+        REQUIRE(m.mark(e.space, e.begin, e.begin + n * unit));
+    }
+    return m;
+}
+
+// The first place where two masks differ, or "".
+std::string first_difference(WriteMask& a, WriteMask& b) {
+    for (Space s : {Space::arena, Space::k_cache, Space::v_cache}) {
+        const auto [x, y] = std::mismatch(a.of(s).begin(), a.of(s).end(), b.of(s).begin());
+        if (x != a.of(s).end())
+            return fmt::format("{} {}: the op's accesses {} it, its reference {}",
+                               s == Space::arena ? "arena byte" : "cache float", x - a.of(s).begin(),
+                               *x ? "write" : "do not write", *y ? "writes it" : "does not");
+    }
+    return "";
+}
+
+float f32_at(const OpBuffers& b, const Expected& e, uint64_t i) {
+    if (e.space != Space::arena) return (e.space == Space::k_cache ? b.k_cache : b.v_cache)[e.begin + i];
+    float v;
+    std::memcpy(&v, &b.arena[e.begin + 4 * i], 4);
+    return v;
+}
+
+// The mismatches of one expected range, as "what[i]: got g, want w (tolerance t)"; `shown` caps the list.
+std::vector<std::string> mismatches(const Expected& e, const OpBuffers& got, double rel, size_t& count, size_t shown) {
+    std::vector<std::string> out;
+    double scale = 0.0;
+    for (double v : e.values)
+        if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+    const double tol = rel * (scale > 0.0 ? scale : 1.0);
+    if (e.check != Check::real) {
+        int32_t index;
+        std::memcpy(&index, &got.arena[e.begin], 4);
+        if (e.check == Check::i32 && index != int32_t(e.values[0]))
+            count++, out.push_back(fmt::format("{}: got {}, want {}", e.what, index, int32_t(e.values[0])));
+        if (e.check == Check::argmax) {
+            const double best = *std::max_element(e.values.begin(), e.values.end());
+            const int64_t k = int64_t(index) - e.index_base;
+            if (k < 0 || k >= int64_t(e.values.size()) || e.values[size_t(k)] < best - tol)
+                count++, out.push_back(fmt::format("{}: got {} (score {}), want an index within {} of the best score {}", e.what,
+                                          index, k >= 0 && k < int64_t(e.values.size()) ? e.values[size_t(k)] : NAN,
+                                          tol, best));
+        }
+        return out;
+    }
+    for (uint64_t i = 0; i < e.values.size(); ++i) {
+        const double g = f32_at(got, e, i), w = e.values[i];
+        const bool ok = std::isfinite(w) ? std::fabs(g - w) <= tol : g == w;
+        if (!ok && count++ < shown)
+            out.push_back(fmt::format("{}[{}]: got {}, want {} (tolerance {:.3g})", e.what, i, g, w, tol));
+    }
+    return out;
+}
+
+// The first byte or float outside the declared writes that the run changed, or "".
+std::string stray_write(const OpBuffers& before, const OpBuffers& after, WriteMask& allowed) {
+    for (size_t i = 0; i < before.arena.size(); ++i)
+        if (!allowed.arena[i] && before.arena[i] != after.arena[i]) return fmt::format("arena byte {}", i);
+    for (Space s : {Space::k_cache, Space::v_cache}) {  // bitwise, as the arena
+        const std::vector<float>& was = s == Space::k_cache ? before.k_cache : before.v_cache;
+        const std::vector<float>& is = s == Space::k_cache ? after.k_cache : after.v_cache;
+        for (size_t i = 0; i < was.size(); ++i)
+            if (!allowed.of(s)[i] && std::memcmp(&was[i], &is[i], 4) != 0)
+                return fmt::format("{} cache float {}", s == Space::k_cache ? "K" : "V", i);
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("every op matches its float64 reference on every backend", "[cpu]") {
+    const auto backends = op_backends();
+    for (uint16_t opcode = 0; opcode < uint16_t(Opcode::count); ++opcode) {
+        const OpReference& ref = op_reference(opcode);
+        DYNAMIC_SECTION(ref.name) {
+            const std::vector<OpCase> cases = ref.cases(kSeed + 1000ull * opcode);
+            REQUIRE(!cases.empty());  // an op with a reference but no cases tests nothing
+            for (const OpCase& c : cases) {
+                INFO(c.name);
+                REQUIRE(c.ins.opcode == opcode);
+                const std::vector<Expected> expected = ref.reference(c.ins, c.buffers);
+                WriteMask declared = declared_writes(c.ins, c.buffers), produced = expected_writes(expected, c.buffers);
+                const std::string drift = first_difference(declared, produced);
+                {
+                    INFO("accesses vs reference: " << drift);
+                    CHECK(drift.empty());
+                }
+                for (const auto& backend : backends) {
+                    INFO("backend " << backend->name());
+                    OpBuffers run = c.buffers;
+                    backend->run(c.ins, run);
+                    size_t count = 0;
+                    std::vector<std::string> first;
+                    for (const Expected& e : expected)
+                        for (std::string& m : mismatches(e, run, ref.tolerance.rel + backend->extra_rel(), count, 5))
+                            first.push_back(std::move(m));
+                    {
+                        INFO(fmt::format("{} mismatches; the first: {}", count, fmt::join(first, "; ")));
+                        CHECK(count == 0);
+                    }
+                    const std::string stray = stray_write(c.buffers, run, declared);
+                    INFO("changed outside the declared writes: " << stray);
+                    CHECK(stray.empty());
+                }
+            }
+        }
+    }
+}
+
+}  // namespace mk

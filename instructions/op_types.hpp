@@ -27,7 +27,13 @@ struct ModelDims {
 
 // Weight ids: three global tensors, then a fixed set per layer.
 enum class GlobalWeight : uint32_t { token_embedding, output_norm, lm_head, count };
-enum class LayerWeight : uint32_t { attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down, count };
+// A layer's weights: one id per line of models/layer_weights.def, in its order.
+enum class LayerWeight : uint32_t {
+#define MK_LAYER_WEIGHT(field, ...) field,
+#include "models/layer_weights.def"
+#undef MK_LAYER_WEIGHT
+    count
+};
 inline constexpr uint32_t kNoWeight = 0xffffffffu;
 inline uint32_t global_weight_id(GlobalWeight w) { return uint32_t(w); }
 inline uint32_t layer_weight_id(uint32_t layer, LayerWeight w) {

@@ -23,39 +23,38 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
     std::vector<WeightSpec> specs;
     const int64_t d = c.d_model;
     specs.push_back({"token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d}, WeightKind::embedding, false,
-                     -1, nullptr, &Model::token_embedding});
-    struct Row {
-        const char *gguf, *hf;
-        std::vector<int64_t> shape;
-        WeightKind kind;
-        bool rope_rows;
-        TensorView LayerWeights::*field;
-        bool present;
+                     -1, -1, nullptr, &Model::token_embedding});
+    enum class WeightDim { none, d_model, q_dim, kv_dim, head_dim, d_ff };
+    enum class Present { always, qkv_bias, qk_norm };
+    auto size = [&](WeightDim dim) -> int64_t {
+        switch (dim) {
+            case WeightDim::d_model: return d;
+            case WeightDim::q_dim: return c.q_dim();
+            case WeightDim::kv_dim: return c.kv_dim();
+            case WeightDim::head_dim: return c.head_dim;
+            case WeightDim::d_ff: return c.d_ff;
+            case WeightDim::none: break;
+        }
+        return 0;
     };
-    const std::vector<Row> rows = {
-        {"attn_norm.weight", "input_layernorm.weight", {d}, WeightKind::norm, false, &LayerWeights::attn_norm, true},
-        {"attn_q.weight", "self_attn.q_proj.weight", {c.q_dim(), d}, WeightKind::matrix, true, &LayerWeights::wq, true},
-        {"attn_k.weight", "self_attn.k_proj.weight", {c.kv_dim(), d}, WeightKind::matrix, true, &LayerWeights::wk, true},
-        {"attn_v.weight", "self_attn.v_proj.weight", {c.kv_dim(), d}, WeightKind::matrix, false, &LayerWeights::wv, true},
-        {"attn_q.bias", "self_attn.q_proj.bias", {c.q_dim()}, WeightKind::bias, true, &LayerWeights::bq, c.qkv_bias},
-        {"attn_k.bias", "self_attn.k_proj.bias", {c.kv_dim()}, WeightKind::bias, true, &LayerWeights::bk, c.qkv_bias},
-        {"attn_v.bias", "self_attn.v_proj.bias", {c.kv_dim()}, WeightKind::bias, false, &LayerWeights::bv, c.qkv_bias},
-        {"attn_q_norm.weight", "self_attn.q_norm.weight", {c.head_dim}, WeightKind::norm, true, &LayerWeights::q_norm, c.qk_norm},
-        {"attn_k_norm.weight", "self_attn.k_norm.weight", {c.head_dim}, WeightKind::norm, true, &LayerWeights::k_norm, c.qk_norm},
-        {"attn_output.weight", "self_attn.o_proj.weight", {d, c.q_dim()}, WeightKind::matrix, false, &LayerWeights::wo, true},
-        {"ffn_norm.weight", "post_attention_layernorm.weight", {d}, WeightKind::norm, false, &LayerWeights::ffn_norm, true},
-        {"ffn_gate.weight", "mlp.gate_proj.weight", {c.d_ff, d}, WeightKind::matrix, false, &LayerWeights::w_gate, true},
-        {"ffn_up.weight", "mlp.up_proj.weight", {c.d_ff, d}, WeightKind::matrix, false, &LayerWeights::w_up, true},
-        {"ffn_down.weight", "mlp.down_proj.weight", {d, c.d_ff}, WeightKind::matrix, false, &LayerWeights::w_down, true},
+    auto present = [&](Present p) { return p == Present::always || (p == Present::qkv_bias ? c.qkv_bias : c.qk_norm); };
+    auto shape = [&](WeightDim out, WeightDim in) {
+        return in == WeightDim::none ? std::vector<int64_t>{size(out)} : std::vector<int64_t>{size(out), size(in)};
     };
-    for (int64_t l = 0; l < c.n_layers; ++l)
-        for (const Row& r : rows)
-            if (r.present)
-                specs.push_back({fmt::format("blk.{}.{}", l, r.gguf), fmt::format("model.layers.{}.{}", l, r.hf), r.shape,
-                                 r.kind, r.rope_rows, int(l), r.field, nullptr});
-    specs.push_back({"output_norm.weight", "model.norm.weight", {d}, WeightKind::norm, false, -1, nullptr, &Model::output_norm});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        int index = 0;
+#define MK_LAYER_WEIGHT(field, gguf, hf, kind, out, in, rope_rows, split, when)                                        \
+    if (present(Present::when))                                                                                    \
+        specs.push_back({fmt::format("blk.{}.{}", l, gguf), fmt::format("model.layers.{}.{}", l, hf),                 \
+                         shape(WeightDim::out, WeightDim::in), WeightKind::kind, rope_rows, int(l), index,            \
+                         &LayerWeights::field, nullptr});                                                             \
+    ++index;
+#include "models/layer_weights.def"
+#undef MK_LAYER_WEIGHT
+    }
+    specs.push_back({"output_norm.weight", "model.norm.weight", {d}, WeightKind::norm, false, -1, -1, nullptr, &Model::output_norm});
     if (!c.tied_embeddings)
-        specs.push_back({"output.weight", "lm_head.weight", {c.vocab_size, d}, WeightKind::matrix, false, -1, nullptr,
+        specs.push_back({"output.weight", "lm_head.weight", {c.vocab_size, d}, WeightKind::matrix, false, -1, -1, nullptr,
                          &Model::lm_head});
     return specs;
 }
@@ -80,9 +79,8 @@ void permute_rope_rows(const uint8_t* src, uint8_t* dst, int64_t n_rows, size_t 
 std::vector<const TensorView*> Model::weights() const {
     std::vector<const TensorView*> out = {&token_embedding};
     for (const LayerWeights& l : layers)
-        for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                    &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-            if (t->data) out.push_back(t);
+        for (TensorView LayerWeights::*field : kLayerWeightFields)
+            if ((l.*field).data) out.push_back(&(l.*field));
     out.push_back(&output_norm);
     if (!config.tied_embeddings) out.push_back(&lm_head);
     return out;

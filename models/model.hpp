@@ -18,22 +18,19 @@ namespace mk {
 enum class ModelFormat { gguf, safetensors };
 std::string_view format_name(ModelFormat format);  // "gguf", "safetensors"
 
-// One decoder block. Matrices are [out, in] row-major in their stored dtype; absent ones have data == nullptr.
+// One decoder block, a field per line of layer_weights.def (its shape, names and TP split are there).
+// Matrices are [out, in] row-major in their stored dtype; norms and biases are float vectors; Q/K rows (and
+// their biases, QK-norm weights) are in adjacent-pair RoPE order; absent ones have data == nullptr.
 struct LayerWeights {
-    TensorView attn_norm;  // (d_model) float
-    TensorView wq;         // (q_dim, d_model), rows in adjacent-pair RoPE order within each head
-    TensorView wk;         // (kv_dim, d_model), likewise
-    TensorView wv;         // (kv_dim, d_model)
-    TensorView wo;         // (d_model, q_dim)
-    TensorView bq;         // (q_dim) float, Qwen2 only, permuted like wq
-    TensorView bk;         // (kv_dim) float, Qwen2 only, permuted like wk
-    TensorView bv;         // (kv_dim) float, Qwen2 only
-    TensorView q_norm;     // (head_dim) float, Qwen3 only, permuted like one head of wq
-    TensorView k_norm;     // (head_dim) float, Qwen3 only
-    TensorView ffn_norm;   // (d_model) float
-    TensorView w_gate;     // (d_ff, d_model)
-    TensorView w_up;       // (d_ff, d_model)
-    TensorView w_down;     // (d_model, d_ff)
+#define MK_LAYER_WEIGHT(field, ...) TensorView field;
+#include "models/layer_weights.def"
+#undef MK_LAYER_WEIGHT
+};
+// The fields in table order: kLayerWeightFields[i] is LayerWeight i (instructions/op_types.hpp).
+inline constexpr TensorView LayerWeights::*kLayerWeightFields[] = {
+#define MK_LAYER_WEIGHT(field, ...) &LayerWeights::field,
+#include "models/layer_weights.def"
+#undef MK_LAYER_WEIGHT
 };
 
 struct Model {
@@ -69,6 +66,7 @@ struct WeightSpec {
     WeightKind kind = WeightKind::matrix;
     bool rope_rows = false;          // Q/K rows (or their bias / norm) whose order depends on the RoPE layout
     int layer = -1;                  // -1 for embedding, output_norm, lm_head
+    int layer_weight = -1;           // its line of layer_weights.def (a LayerWeight id); -1 for the global ones
     TensorView LayerWeights::*layer_field = nullptr;
     TensorView Model::*model_field = nullptr;
 };

@@ -27,14 +27,6 @@ ModelDims model_dims(const ModelConfig& c) {
 }
 
 namespace {
-// In LayerWeight order.
-constexpr TensorView LayerWeights::*kLayerFields[] = {
-    &LayerWeights::attn_norm, &LayerWeights::wq,     &LayerWeights::wk,     &LayerWeights::wv,
-    &LayerWeights::wo,        &LayerWeights::bq,     &LayerWeights::bk,     &LayerWeights::bv,
-    &LayerWeights::q_norm,    &LayerWeights::k_norm, &LayerWeights::ffn_norm, &LayerWeights::w_gate,
-    &LayerWeights::w_up,      &LayerWeights::w_down};
-static_assert(sizeof(kLayerFields) / sizeof(kLayerFields[0]) == size_t(LayerWeight::count));
-
 // A tensor of `shape` (outermost first, rows along the last dimension) stored in `dtype`: vectors are one row.
 WeightFormat format_of(DType dtype, const std::vector<int64_t>& shape) {
     WeightFormat f;
@@ -58,7 +50,7 @@ std::vector<const TensorView*> weight_views(const Model& model) {
     out[global_weight_id(GlobalWeight::lm_head)] = &model.lm_head;
     for (uint32_t L = 0; L < n_layers; ++L) {
         for (uint32_t k = 0; k < uint32_t(LayerWeight::count); ++k)
-            out[layer_weight_id(L, LayerWeight(k))] = &(model.layers[L].*kLayerFields[k]);
+            out[layer_weight_id(L, LayerWeight(k))] = &(model.layers[L].*kLayerWeightFields[k]);
     }
     return out;
 }
@@ -75,8 +67,7 @@ std::vector<WeightFormat> synthetic_weight_formats(const SyntheticSpec& spec) {
     for (const WeightSpec& w : weight_specs(config)) {
         const WeightFormat f = format_of(synthetic_weight_dtype(w, spec.dtype), w.shape);
         if (w.layer >= 0) {
-            const auto field = std::find(std::begin(kLayerFields), std::end(kLayerFields), w.layer_field);
-            out[layer_weight_id(uint32_t(w.layer), LayerWeight(field - std::begin(kLayerFields)))] = f;
+            out[layer_weight_id(uint32_t(w.layer), LayerWeight(w.layer_weight))] = f;
         } else if (w.model_field == &Model::token_embedding) {
             out[global_weight_id(GlobalWeight::token_embedding)] = f;
             if (config.tied_embeddings) out[global_weight_id(GlobalWeight::lm_head)] = f;  // the same bytes, as loaded

@@ -13,11 +13,18 @@ constexpr uint32_t kMaxTp = 64;
 // Elements per quantization block (1 for plain floats): a column slice must start and end on one.
 uint32_t block_elements(uint32_t dtype) { return uint32_t(dtype_traits(DType(dtype)).block_values); }
 
-const char* layer_weight_name(LayerWeight w) {
-    static const char* const kNames[] = {"attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv",
-                                         "q_norm", "k_norm", "ffn_norm", "w_gate", "w_up", "w_down"};
-    return kNames[uint32_t(w)];
-}
+// How each layer weight splits across ranks (layer_weights.def): rows or columns of the stored weight, or whole.
+enum class TpSplit { replicated, rows, cols };
+struct LayerWeightInfo {
+    const char* name;
+    TpSplit split;
+};
+constexpr LayerWeightInfo kLayerWeights[] = {
+#define MK_LAYER_WEIGHT(field, gguf, hf, kind, out, in, rope_rows, split, when) {#field, TpSplit::split},
+#include "models/layer_weights.def"
+#undef MK_LAYER_WEIGHT
+};
+static_assert(sizeof(kLayerWeights) / sizeof(kLayerWeights[0]) == size_t(LayerWeight::count));
 
 }  // namespace
 
@@ -31,14 +38,15 @@ void check_tp(const ModelDims& d, const std::vector<WeightFormat>& formats, uint
     if (d.vocab < tp) fail("--tp {}: the vocabulary of {} does not split {} ways", tp, d.vocab, tp);
     if (formats.size() != n_weight_ids(d.n_layers))
         fail("--tp {}: {} weight formats given, the model needs {}", tp, formats.size(), n_weight_ids(d.n_layers));
-    // The O- and down-projections are split by columns: each rank's columns must be whole blocks.
+    // The weights split by columns (the O- and down-projections, the biases): each rank's columns must be whole blocks.
     for (uint32_t L = 0; L < d.n_layers; ++L)
-        for (LayerWeight w : {LayerWeight::wo, LayerWeight::w_down}) {
-            const WeightFormat& f = formats[layer_weight_id(L, w)];
+        for (uint32_t w = 0; w < uint32_t(LayerWeight::count); ++w) {
+            const WeightFormat& f = formats[layer_weight_id(L, LayerWeight(w))];
+            if (kLayerWeights[w].split != TpSplit::cols || !f.present()) continue;
             const uint32_t block = block_elements(f.dtype), per_rank = f.cols / tp;
             if (f.cols % tp != 0 || per_rank % block != 0)
                 fail("--tp {}: layer {} {} has {} columns in {}-element {} blocks; {} per rank is not whole blocks", tp,
-                     L, layer_weight_name(w), f.cols, block, dtype_name(DType(f.dtype)), f.cols / double(tp));
+                     L, kLayerWeights[w].name, f.cols, block, dtype_name(DType(f.dtype)), f.cols / double(tp));
         }
 }
 
@@ -69,22 +77,11 @@ std::vector<WeightSlice> tp_weight_slices(const ModelDims& d, const std::vector<
             for (uint32_t w = 0; w < uint32_t(LayerWeight::count); ++w) {
                 const uint32_t id = layer_weight_id(L, LayerWeight(w));
                 WeightSlice s = whole(id);
-                if (s.source != kNoWeight) {
-                    const uint32_t q = r.q_dim(), kv = r.kv_dim(), ff = r.d_ff;
-                    switch (LayerWeight(w)) {
-                        case LayerWeight::wq: s.row_begin = k * q, s.n_rows = q; break;
-                        case LayerWeight::wk:
-                        case LayerWeight::wv: s.row_begin = k * kv, s.n_rows = kv; break;
-                        case LayerWeight::w_gate:
-                        case LayerWeight::w_up: s.row_begin = k * ff, s.n_rows = ff; break;
-                        case LayerWeight::wo: s.col_begin = k * q, s.n_cols = q; break;
-                        case LayerWeight::w_down: s.col_begin = k * ff, s.n_cols = ff; break;
-                        case LayerWeight::bq: s.col_begin = k * q, s.n_cols = q; break;  // vectors: one row
-                        case LayerWeight::bk:
-                        case LayerWeight::bv: s.col_begin = k * kv, s.n_cols = kv; break;
-                        default: break;  // norms are replicated
-                    }
-                }
+                // A rank's share of the split dimension (heads, KV heads or FFN columns: check_tp made them divide).
+                if (s.source != kNoWeight && kLayerWeights[w].split == TpSplit::rows)
+                    s.n_rows /= tp, s.row_begin = k * s.n_rows;
+                if (s.source != kNoWeight && kLayerWeights[w].split == TpSplit::cols)
+                    s.n_cols /= tp, s.col_begin = k * s.n_cols;
                 out[layer_weight_id(k * d.n_layers + L, LayerWeight(w))] = s;
             }
     return out;

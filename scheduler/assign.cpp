@@ -32,8 +32,8 @@ namespace {
 
 // Rank k's nodes go to SMs [k * n_sms, (k + 1) * n_sms).
 Assignment assign_round_robin(const Graph& graph, const Target& target) {
-    Assignment streams(size_t(target.n_sms) * graph.tp);
-    std::vector<uint32_t> dealt(graph.tp, 0);
+    Assignment streams(size_t(target.n_sms) * graph.tp_size);
+    std::vector<uint32_t> dealt(graph.tp_size, 0);
     for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
         const uint32_t rank = graph.nodes[i].rank;
         streams[rank * target.n_sms + dealt[rank]++ % target.n_sms].push_back(i);
@@ -93,7 +93,7 @@ Assignment assign_critical_path(const Graph& graph, const Target& target) {
     // Decreasing rank is a topological order (a predecessor's rank exceeds its successors'); seq breaks ties.
     std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rank[a] > rank[b]; });
 
-    Assignment streams(size_t(target.n_sms) * graph.tp);
+    Assignment streams(size_t(target.n_sms) * graph.tp_size);
     std::vector<double> sm_free(streams.size(), 0.0);
     std::vector<GroupFinish> finish(graph.groups.size());
     for (uint32_t i : order) {

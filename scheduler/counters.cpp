@@ -62,17 +62,8 @@ Schedule build_schedule(const Graph& graph, const Assignment& assignment, const 
     const auto needed = needed_waits(graph, assignment, where);
 
     Schedule s;
+    static_cast<ScheduleLayout&>(s) = graph;
     s.target = target;
-    s.dims = graph.dims;
-    s.tp_size = graph.tp;
-    s.rank_arena_bytes = graph.rank_arena_bytes;
-    s.n_attn_parts = graph.n_attn_parts;
-    s.n_lm_blocks = graph.n_lm_blocks;
-    s.weights = graph.weights;
-    s.buffers = graph.buffers;
-    s.arena_bytes = graph.arena_bytes;
-    s.logits_off = graph.logits_off;
-    s.token_off = graph.token_off;
 
     // Counters only for groups somebody waits on; each member signals +1, so step_total = members.
     std::map<uint32_t, uint16_t> counter_of;

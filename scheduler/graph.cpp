@@ -42,7 +42,7 @@ public:
     GraphBuilder(const ModelDims& model, const std::vector<WeightFormat>& weights, const Target& target, uint32_t tp)
         : target_(target), tp_(tp), model_(model) {
         graph_.dims = tp_rank_dims(model, tp);
-        graph_.tp = tp;
+        graph_.tp_size = tp;
         graph_.weights = weights;
         plan_inputs_ = {graph_.weights.data(), target.page_bytes, target.n_pages};
     }

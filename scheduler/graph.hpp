@@ -31,15 +31,8 @@ struct GraphGroup {
     uint32_t n_members = 0;
 };
 
-struct Graph {
-    ModelDims dims;  // what the instructions address: tp_rank_dims(model, tp)
-    uint32_t tp = 1;
-    uint64_t rank_arena_bytes = 0;  // rank k's buffers are [k * rank_arena_bytes, (k + 1) * rank_arena_bytes)
-    std::vector<WeightFormat> weights;
-    std::vector<BufferInfo> buffers;
-    uint64_t arena_bytes = 0;
-    uint32_t logits_off = 0, token_off = 0;
-    uint32_t n_attn_parts = 1, n_lm_blocks = 1;
+// The layout (dims: tp_rank_dims(model, tp), weights, arena) becomes the schedule's as it is.
+struct Graph : ScheduleLayout {
     std::vector<GraphNode> nodes;  // index == seq
     std::vector<GraphGroup> groups;
 };

@@ -26,13 +26,11 @@ struct BufferInfo {
     std::string layout;  // e.g. "(d_model) fp32"
 };
 
-struct Schedule {
-    Target target;
+// What the graph lays out and its schedule keeps unchanged (the Graph -> Schedule copy is this base).
+struct ScheduleLayout {
     ModelDims dims;  // what the instructions address (tp_rank_dims of the model's)
-    uint64_t config_hash = 0;
     uint32_t tp_size = 1;
-    uint64_t rank_arena_bytes = 0;  // arena_bytes / tp_size
-    std::string policy;
+    uint64_t rank_arena_bytes = 0;  // arena_bytes / tp_size; rank k's buffers are [k, k + 1) times it
     uint32_t n_attn_parts = 1;
     uint32_t n_lm_blocks = 1;
     std::vector<WeightFormat> weights;  // by weight id
@@ -40,6 +38,12 @@ struct Schedule {
     uint64_t arena_bytes = 0;
     uint32_t logits_off = 0;            // (vocab) fp32 (rank 0's)
     uint32_t token_off = 0;             // (1) i32: the sampled token (rank 0's)
+};
+
+struct Schedule : ScheduleLayout {
+    Target target;
+    uint64_t config_hash = 0;
+    std::string policy;
     std::vector<CounterInfo> counters;
     std::vector<std::vector<Instruction>> streams;  // one per SM, in execution order
 

@@ -7,8 +7,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
 
 #include "models/error.hpp"
+#include "scheduler/schedule_fields.hpp"
 
 namespace mk {
 
@@ -63,23 +68,23 @@ public:
     size_t pos() const { return pos_; }
     size_t left() const { return size_ - pos_; }
 
-    uint8_t u8(const char* what) { return uint8_t(le(1, what)); }
-    uint16_t u16(const char* what) { return uint16_t(le(2, what)); }
-    uint32_t u32(const char* what) { return uint32_t(le(4, what)); }
-    uint64_t u64(const char* what) { return le(8, what); }
-    float f32(const char* what) {
+    uint8_t u8(std::string_view what) { return uint8_t(le(1, what)); }
+    uint16_t u16(std::string_view what) { return uint16_t(le(2, what)); }
+    uint32_t u32(std::string_view what) { return uint32_t(le(4, what)); }
+    uint64_t u64(std::string_view what) { return le(8, what); }
+    float f32(std::string_view what) {
         const uint32_t b = u32(what);
         float v;
         std::memcpy(&v, &b, 4);
         return v;
     }
-    double f64(const char* what) {
+    double f64(std::string_view what) {
         const uint64_t b = u64(what);
         double v;
         std::memcpy(&v, &b, 8);
         return v;
     }
-    std::string str(const char* what) {
+    std::string str(std::string_view what) {
         const uint32_t n = u32(what);
         if (n > kMaxString) fail("{}: {} is {} bytes long, more than {} (corrupt file)", name_, what, n, kMaxString);
         need(n, what);
@@ -89,7 +94,7 @@ public:
     }
     // A count of records of at least `min_bytes` each: refused when above `max` or when the bytes
     // left cannot hold that many.
-    uint32_t count(const char* what, size_t min_bytes, uint32_t max) {
+    uint32_t count(std::string_view what, size_t min_bytes, uint32_t max) {
         const uint32_t n = u32(what);
         if (n > max) fail("{}: {} {} is more than the {} allowed (corrupt file)", name_, n, what, max);
         if (uint64_t(n) * min_bytes > left())
@@ -99,10 +104,10 @@ public:
     }
 
 private:
-    void need(size_t n, const char* what) {
+    void need(size_t n, std::string_view what) {
         if (n > left()) fail("{}: truncated: {} needs {} bytes at offset {}, {} left", name_, what, n, pos_, left());
     }
-    uint64_t le(int n, const char* what) {
+    uint64_t le(int n, std::string_view what) {
         need(size_t(n), what);
         uint64_t v = 0;
         for (int i = 0; i < n; ++i) v |= uint64_t(data_[pos_ + i]) << (8 * i);
@@ -151,65 +156,117 @@ Instruction read_instruction(Reader& r) {
     return i;
 }
 
+// A record's size in the file when its strings are empty: what a count of them needs at least.
+template <typename R>
+size_t min_record_bytes() {
+    if constexpr (std::is_same_v<R, std::vector<Instruction>>) {
+        return 4;  // a stream: its instruction count
+    } else {
+        size_t n = 0;
+        R record{};
+        visit_record(record, [&](const char*, const auto& f) {
+            n += std::is_same_v<std::decay_t<decltype(f)>, std::string> ? 4 : sizeof f;
+        });
+        return n;
+    }
+}
+
+// The most records of each list a file may hold.
+uint32_t max_records(std::string_view list) {
+    if (list == "weights") return kMaxWeights;
+    if (list == "counters") return kMaxCounters;
+    if (list == "streams") return kMaxStreams;
+    return kMaxString;  // buffers
+}
+
+struct WriteFields {
+    Writer& w;
+    void put(uint32_t v) { w.u32(v); }
+    void put(uint64_t v) { w.u64(v); }
+    void put(float v) { w.f32(v); }
+    void put(double v) { w.f64(v); }
+    void put(const std::string& v) { w.str(v); }
+    void put(const std::vector<Instruction>& stream) {
+        w.u32(uint32_t(stream.size()));
+        for (const Instruction& i : stream) write_instruction(w, i);
+    }
+    template <typename R>
+    void put(const R& record) {
+        visit_record(record, [&](const char*, const auto& f) { put(f); });
+    }
+    template <typename R>
+    void list(std::string_view name, const std::vector<R>& records) {
+        if (records.size() > max_records(name))
+            fail("schedule: {} {} to save, a file holds at most {}", records.size(), name, max_records(name));
+        w.u32(uint32_t(records.size()));
+        for (const R& r : records) put(r);
+    }
+    template <typename F>
+    void operator()(std::string_view, std::string_view name, const F& field) {
+        if constexpr (requires { field.size(); typename F::value_type; } && !std::is_same_v<F, std::string>)
+            list(name, field);
+        else
+            put(field);
+    }
+};
+
+struct ReadFields {
+    Reader& r;
+    std::string what;  // "target name", "weights row_bytes": named in a refusal
+    void get(uint32_t& v) { v = r.u32(what); }
+    void get(uint64_t& v) { v = r.u64(what); }
+    void get(float& v) { v = r.f32(what); }
+    void get(double& v) { v = r.f64(what); }
+    void get(std::string& v) { v = r.str(what); }
+    void get(std::vector<Instruction>& stream) {
+        stream.resize(r.count("instructions", kRecordBytes, UINT32_MAX));
+        for (Instruction& i : stream) i = read_instruction(r);
+    }
+    template <typename R>
+    void get(R& record) {
+        const std::string list = what;
+        visit_record(record, [&](const char* field, auto& f) {
+            what = fmt::format("{} {}", list, field);
+            get(f);
+        });
+        what = list;
+    }
+    template <typename F>
+    void operator()(std::string_view section, std::string_view name, F& field) {
+        what = section.empty() ? std::string(name) : fmt::format("{} {}", section, name);
+        if constexpr (requires { field.size(); typename F::value_type; } && !std::is_same_v<F, std::string>) {
+            using R = typename F::value_type;
+            field.resize(r.count(what, min_record_bytes<R>(), max_records(name)));
+            for (R& record : field) get(record);
+        } else {
+            get(field);
+        }
+    }
+};
+
+// What a well-formed file cannot claim: sizes that later loops would trust.
+void check_limits(const Schedule& s, const std::string& name) {
+    const ModelDims& d = s.dims;
+    // Head counts size per-head loops in the verifier and the ops: refuse what validate_config calls absurd.
+    if (d.n_heads > kMaxHeads || d.n_kv_heads > kMaxHeads || d.head_dim > kMaxHeads)
+        fail("{}: model dims claim {} heads, {} KV heads of head_dim {}, more than {} (corrupt file)", name, d.n_heads,
+             d.n_kv_heads, d.head_dim, kMaxHeads);
+    if (s.tp_size == 0 || s.tp_size > 64 || s.target.n_sms == 0)
+        fail("{}: tensor-parallel size {} with {} SMs per rank (corrupt file)", name, s.tp_size, s.target.n_sms);
+    // Page plans make one tile per page of rows: refuse more rows than any model has (vocab <= 2^24).
+    for (const WeightFormat& f : s.weights)
+        if (f.rows > kMaxWeightRows || f.cols > kMaxWeightRows)
+            fail("{}: a weight of {} rows × {} columns, more than {} (corrupt file)", name, f.rows, f.cols,
+                 kMaxWeightRows);
+}
+
 }  // namespace
 
 std::vector<uint8_t> serialize_schedule(const Schedule& s) {
     Writer w;
     w.out.insert(w.out.end(), std::begin(kMagic), std::end(kMagic));
     w.u32(kScheduleVersion);
-    const Target& t = s.target;
-    w.str(t.name);
-    w.u32(t.n_sms);
-    w.u64(t.smem_bytes);
-    w.u64(t.page_bytes);
-    w.u32(t.n_pages);
-    w.f64(t.bandwidth_gbs);
-    w.f64(t.sm_gflops);
-    w.f64(t.hop_ns);
-    w.f64(t.instruction_ns);
-    w.f64(t.link_gbs);
-    w.f64(t.link_ns);
-    const ModelDims& d = s.dims;
-    for (uint32_t v : {d.n_layers, d.d_model, d.n_heads, d.n_kv_heads, d.head_dim, d.d_ff, d.vocab}) w.u32(v);
-    w.f32(d.norm_eps);
-    w.u32(d.qkv_bias);
-    w.u32(d.qk_norm);
-    w.u64(s.config_hash);
-    w.u32(s.tp_size);
-    w.u64(s.rank_arena_bytes);
-    w.str(s.policy);
-    w.u32(s.n_attn_parts);
-    w.u32(s.n_lm_blocks);
-    if (s.weights.size() > kMaxWeights || s.buffers.size() > kMaxString || s.counters.size() > kMaxCounters ||
-        s.streams.size() > kMaxStreams)
-        fail("schedule: too many weights, buffers, counters or streams to save");
-    w.u32(uint32_t(s.weights.size()));
-    for (const WeightFormat& f : s.weights) {
-        w.u32(f.dtype);
-        w.u32(f.rows);
-        w.u32(f.cols);
-        w.u64(f.row_bytes);
-    }
-    w.u32(uint32_t(s.buffers.size()));
-    for (const BufferInfo& b : s.buffers) {
-        w.str(b.name);
-        w.u64(b.offset);
-        w.u64(b.bytes);
-        w.str(b.layout);
-    }
-    w.u64(s.arena_bytes);
-    w.u32(s.logits_off);
-    w.u32(s.token_off);
-    w.u32(uint32_t(s.counters.size()));
-    for (const CounterInfo& c : s.counters) {
-        w.str(c.name);
-        w.u32(c.step_total);
-    }
-    w.u32(uint32_t(s.streams.size()));
-    for (const auto& stream : s.streams) {
-        w.u32(uint32_t(stream.size()));
-        for (const Instruction& i : stream) write_instruction(w, i);
-    }
+    visit_schedule_fields(s, WriteFields{w});
     w.u64(fnv1a64(w.out.data(), w.out.size()));
     return std::move(w.out);
 }
@@ -231,68 +288,9 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
 
     Reader r(bytes + kHeader, size - kHeader - 8, name);
     Schedule s;
-    Target& t = s.target;
-    t.name = r.str("target name");
-    t.n_sms = r.u32("n_sms");
-    t.smem_bytes = r.u64("smem_bytes");
-    t.page_bytes = r.u64("page_bytes");
-    t.n_pages = r.u32("n_pages");
-    t.bandwidth_gbs = r.f64("bandwidth_gbs");
-    t.sm_gflops = r.f64("sm_gflops");
-    t.hop_ns = r.f64("hop_ns");
-    t.instruction_ns = r.f64("instruction_ns");
-    t.link_gbs = r.f64("link_gbs");
-    t.link_ns = r.f64("link_ns");
-    ModelDims& d = s.dims;
-    for (uint32_t* v : {&d.n_layers, &d.d_model, &d.n_heads, &d.n_kv_heads, &d.head_dim, &d.d_ff, &d.vocab})
-        *v = r.u32("model dims");
-    // Head counts size per-head loops in the verifier and the ops: refuse what validate_config calls absurd.
-    if (d.n_heads > kMaxHeads || d.n_kv_heads > kMaxHeads || d.head_dim > kMaxHeads)
-        fail("{}: model dims claim {} heads, {} KV heads of head_dim {}, more than {} (corrupt file)", name, d.n_heads,
-             d.n_kv_heads, d.head_dim, kMaxHeads);
-    d.norm_eps = r.f32("norm_eps");
-    d.qkv_bias = r.u32("qkv_bias");
-    d.qk_norm = r.u32("qk_norm");
-    s.config_hash = r.u64("config_hash");
-    s.tp_size = r.u32("tp_size");
-    s.rank_arena_bytes = r.u64("rank_arena_bytes");
-    if (s.tp_size == 0 || s.tp_size > 64 || t.n_sms == 0)
-        fail("{}: tensor-parallel size {} with {} SMs per rank (corrupt file)", name, s.tp_size, t.n_sms);
-    s.policy = r.str("policy");
-    s.n_attn_parts = r.u32("n_attn_parts");
-    s.n_lm_blocks = r.u32("n_lm_blocks");
-    s.weights.resize(r.count("weights", 20, kMaxWeights));
-    for (WeightFormat& f : s.weights) {
-        f.dtype = r.u32("weight dtype");
-        f.rows = r.u32("weight rows");
-        f.cols = r.u32("weight cols");
-        f.row_bytes = r.u64("weight row_bytes");
-        // Page plans make one tile per page of rows: refuse more rows than any model has (vocab <= 2^24).
-        if (f.rows > kMaxWeightRows || f.cols > kMaxWeightRows)
-            fail("{}: a weight of {} rows × {} columns, more than {} (corrupt file)", name, f.rows, f.cols,
-                 kMaxWeightRows);
-    }
-    s.buffers.resize(r.count("buffers", 24, kMaxString));
-    for (BufferInfo& b : s.buffers) {
-        b.name = r.str("buffer name");
-        b.offset = r.u64("buffer offset");
-        b.bytes = r.u64("buffer bytes");
-        b.layout = r.str("buffer layout");
-    }
-    s.arena_bytes = r.u64("arena_bytes");
-    s.logits_off = r.u32("logits_off");
-    s.token_off = r.u32("token_off");
-    s.counters.resize(r.count("counters", 8, kMaxCounters));
-    for (CounterInfo& c : s.counters) {
-        c.name = r.str("counter name");
-        c.step_total = r.u32("counter step_total");
-    }
-    s.streams.resize(r.count("streams", 4, kMaxStreams));
-    for (auto& stream : s.streams) {
-        stream.resize(r.count("instructions", kRecordBytes, UINT32_MAX));
-        for (Instruction& i : stream) i = read_instruction(r);
-    }
+    visit_schedule_fields(s, ReadFields{r, ""});
     if (r.left() != 0) fail("{}: {} unexpected bytes after the last stream", name, r.left());
+    check_limits(s, name);
     return s;
 }
 

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <type_traits>
 
 #include "instructions/registry.hpp"
+#include "scheduler/schedule_fields.hpp"
 #include "scheduler/schedule_file.hpp"
 
 namespace mk {
@@ -43,67 +46,48 @@ ordered_json instruction_json(const Schedule& s, const Instruction& ins, uint32_
             {"describe", valid ? op_info(ins.opcode).describe(ins) : std::string()}};
 }
 
+// One JSON value per field of the schedule's field list (schedule_fields.hpp).
+struct JsonFields {
+    const Schedule& s;
+    ordered_json& out;
+    template <typename F>
+    ordered_json value(std::string_view name, const F& field) const {
+        if constexpr (std::is_same_v<F, std::vector<std::vector<Instruction>>>) {
+            ordered_json streams = ordered_json::array();
+            for (uint32_t sm = 0; sm < field.size(); ++sm) {
+                ordered_json list = ordered_json::array();
+                for (uint32_t i = 0; i < field[sm].size(); ++i) list.push_back(instruction_json(s, field[sm][i], i));
+                streams.push_back({{"sm", sm}, {"instructions", std::move(list)}});
+            }
+            return streams;
+        } else if constexpr (requires { field.size(); typename F::value_type; } && !std::is_same_v<F, std::string>) {
+            ordered_json list = ordered_json::array();
+            for (uint32_t id = 0; id < field.size(); ++id) {
+                ordered_json record = {{"id", id}};
+                visit_record(field[id], [&](const char* key, const auto& f) { record[key] = f; });
+                list.push_back(std::move(record));
+            }
+            return list;
+        } else if constexpr (std::is_same_v<F, uint64_t>) {
+            // A 64-bit hash as a string: JSON readers that hold numbers as doubles would round it.
+            if (name == "config_hash") return fmt::format("{:016x}", field);
+            return field;
+        } else {
+            return field;
+        }
+    }
+    template <typename F>
+    void operator()(std::string_view section, std::string_view name, const F& field) const {
+        ordered_json& into = section.empty() ? out : out[std::string(section)];
+        into[std::string(name)] = value(name, field);
+    }
+};
+
 }  // namespace
 
 std::string schedule_to_json(const Schedule& s) {
-    const Target& t = s.target;
-    const ModelDims& d = s.dims;
-    ordered_json weights = ordered_json::array(), buffers = ordered_json::array(), counters = ordered_json::array(),
-                 streams = ordered_json::array();
-    for (uint32_t id = 0; id < s.weights.size(); ++id) {
-        const WeightFormat& f = s.weights[id];
-        weights.push_back(
-            {{"id", id}, {"dtype", f.dtype}, {"rows", f.rows}, {"cols", f.cols}, {"row_bytes", f.row_bytes}});
-    }
-    for (const BufferInfo& b : s.buffers)
-        buffers.push_back({{"name", b.name}, {"offset", b.offset}, {"bytes", b.bytes}, {"layout", b.layout}});
-    for (uint32_t c = 0; c < s.counters.size(); ++c)
-        counters.push_back({{"id", c}, {"name", s.counters[c].name}, {"step_total", s.counters[c].step_total}});
-    for (uint32_t sm = 0; sm < s.streams.size(); ++sm) {
-        ordered_json list = ordered_json::array();
-        for (uint32_t i = 0; i < s.streams[sm].size(); ++i) list.push_back(instruction_json(s, s.streams[sm][i], i));
-        streams.push_back({{"sm", sm}, {"instructions", std::move(list)}});
-    }
-    ordered_json out = {
-        {"version", kScheduleVersion},
-        {"target",
-         {{"name", t.name},
-          {"n_sms", t.n_sms},
-          {"smem_bytes", t.smem_bytes},
-          {"page_bytes", t.page_bytes},
-          {"n_pages", t.n_pages},
-          {"bandwidth_gbs", t.bandwidth_gbs},
-          {"sm_gflops", t.sm_gflops},
-          {"hop_ns", t.hop_ns},
-          {"link_gbs", t.link_gbs},
-          {"link_ns", t.link_ns},
-          {"instruction_ns", t.instruction_ns}}},
-        {"dims",
-         {{"n_layers", d.n_layers},
-          {"d_model", d.d_model},
-          {"n_heads", d.n_heads},
-          {"n_kv_heads", d.n_kv_heads},
-          {"head_dim", d.head_dim},
-          {"d_ff", d.d_ff},
-          {"vocab", d.vocab},
-          {"norm_eps", d.norm_eps},
-          {"qkv_bias", d.qkv_bias},
-          {"qk_norm", d.qk_norm}}},
-        // A string: JSON readers that hold numbers as doubles would round a 64-bit hash.
-        {"config_hash", fmt::format("{:016x}", s.config_hash)},
-        {"tp_size", s.tp_size},
-        {"rank_arena_bytes", s.rank_arena_bytes},
-        {"policy", s.policy},
-        {"n_attn_parts", s.n_attn_parts},
-        {"n_lm_blocks", s.n_lm_blocks},
-        {"arena_bytes", s.arena_bytes},
-        {"logits_off", s.logits_off},
-        {"token_off", s.token_off},
-        {"weights", std::move(weights)},
-        {"buffers", std::move(buffers)},
-        {"counters", std::move(counters)},
-        {"streams", std::move(streams)},
-    };
+    ordered_json out = {{"version", kScheduleVersion}};
+    visit_schedule_fields(s, JsonFields{s, out});
     // Names come from files: replace invalid UTF-8 rather than throw.
     return out.dump(1, ' ', false, ordered_json::error_handler_t::replace);
 }

@@ -12,6 +12,10 @@
 #include "instructions/encoding.hpp"
 #include "instructions/op_types.hpp"
 
+#if defined(__CUDACC__) || defined(MK_CUDA_EMU)
+#include "instructions/common/ptx.cuh"
+#endif
+
 namespace mk {
 
 // One weight as the device holds it: rows padded to kDeviceRowAlign (16) bytes (repacked at
@@ -67,7 +71,7 @@ struct DeviceOpContext {
     float* scratch;                // team-private shared memory
     uint32_t scratch_floats;
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MK_CUDA_EMU)
     __device__ float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
     __device__ uint64_t cache_offset(uint32_t layer, uint32_t kv_head) const {
         return (uint64_t(layer) * dims.n_kv_heads + kv_head) * ctx_len * dims.head_dim;
@@ -75,14 +79,14 @@ struct DeviceOpContext {
 #endif
 };
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(MK_CUDA_EMU)
 // The threads that run an op: `size` threads (whole warps) ranked 0..size-1, synchronized by a named
 // barrier so the loader warp of the resident kernel is never part of it.
 struct Team {
     uint32_t rank;
     uint32_t size;
     uint32_t barrier_id;  // 1..15 (0 is __syncthreads)
-    __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(size) : "memory"); }
+    __device__ void sync(MK_WHERE_ONLY) const { ptx::bar_sync(barrier_id, size MK_WHERE_ARG); }
     __device__ uint32_t warp() const { return rank / 32; }
     __device__ uint32_t lane() const { return rank % 32; }
     __device__ uint32_t n_warps() const { return size / 32; }

@@ -5,9 +5,10 @@ namespace mk::tools {
 
 void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("--backend", o.backend,
-                    "cpu | cuda (the resident megakernel) | cuda-kernels (one kernel per op) | auto (cuda when a GPU "
-                    "is usable, else cpu)")
-        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "auto"}));
+                    "cpu | cuda (the resident megakernel) | cuda-kernels (one kernel per op) | cuda-emu, "
+                    "cuda-kernels-emu (the same device code run by the CUDA emulator on the CPU: slow, for checking "
+                    "without a GPU) | auto (cuda when a GPU is usable, else cpu)")
+        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "cuda-emu", "cuda-kernels-emu", "auto"}));
     cmd->add_option("--target", o.target, "Compile the schedule for this target: h200 | cpu (default cpu)");
     cmd->add_option("--sms", o.sms, "Compile for N SMs (with --smem) instead of a named target");
     cmd->add_option("--smem", o.smem_bytes, "Shared memory per SM in bytes (with --sms)");

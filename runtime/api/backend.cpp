@@ -3,6 +3,7 @@
 
 #include "models/error.hpp"
 #include "runtime/cuda/upload_layout.hpp"
+#include "runtime/emu/emu_program.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/verify.hpp"
@@ -14,15 +15,19 @@
 namespace mk {
 
 namespace {
-bool is_cuda_backend(const std::string& backend) { return backend == "cuda" || backend == "cuda-kernels"; }
+// cuda-emu and cuda-kernels-emu: the same CUDA backends run by the CUDA emulator (runtime/emu), built everywhere.
+bool is_emulated(const std::string& backend) { return backend == "cuda-emu" || backend == "cuda-kernels-emu"; }
+bool is_cuda_backend(const std::string& backend) {
+    return backend == "cuda" || backend == "cuda-kernels" || is_emulated(backend);
+}
 
 // auto stays on the CPU until the CUDA backend has been verified on a device (tools/gpu-check.sh).
 std::string resolve_backend(const api::BackendOptions& o) {
     if (o.backend == "auto" || o.backend.empty()) return "cpu";
     if (o.backend != "cpu" && !is_cuda_backend(o.backend))
-        fail("unknown backend '{}': cpu | cuda | cuda-kernels | auto", o.backend);
+        fail("unknown backend '{}': cpu | cuda | cuda-kernels | cuda-emu | cuda-kernels-emu | auto", o.backend);
 #if !MK_HAVE_CUDA
-    if (is_cuda_backend(o.backend)) fail("--backend {}: this mk was built without CUDA; use --backend cpu", o.backend);
+    if (is_cuda_backend(o.backend) && !is_emulated(o.backend)) fail("--backend {}: this mk was built without CUDA; use --backend cpu", o.backend);
 #endif
     return o.backend;
 }
@@ -46,6 +51,7 @@ Target resolve_target(const api::BackendOptions& o) {
         return target_custom(o.sms, o.smem_bytes);
     }
     if (!o.target.empty()) return target_by_name(o.target);
+    if (is_emulated(resolve_backend(o))) return target_device(kEmuDefaultSms, kEmuSmemOptin);
 #if MK_HAVE_CUDA
     if (is_cuda_backend(resolve_backend(o))) {
         const DeviceInfo device = current_device();
@@ -93,6 +99,20 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
+    if (is_emulated(backend)) {
+        if (schedule.tp_size > 1 && backend == "cuda-kernels-emu" && !o.tp_loopback)
+            fail("--tp {} --backend cuda-kernels-emu: the kernel-per-op baseline runs tensor parallel only on one GPU; "
+                 "use --tp-loopback {}", schedule.tp_size, schedule.tp_size);
+        CudaEmuOptions eo;
+        eo.ctx_len = o.ctx_len;
+        eo.stepwise = o.stepwise;
+        eo.kernels = backend == "cuda-kernels-emu";
+        eo.graph = o.graph;
+        eo.separate_gpus = schedule.tp_size > 1 && !o.tp_loopback;
+        eo.watchdog_ms = o.watchdog_ms;
+        eo.trace_file = o.trace_file;
+        return make_cuda_emu_program(model, std::move(schedule), eo);
+    }
     if (schedule.tp_size > 1 && backend == "cuda-kernels" && !o.tp_loopback)
         fail("--tp {} --backend cuda-kernels: the kernel-per-op baseline runs tensor parallel only on one GPU; "
              "use --tp-loopback {}", schedule.tp_size, schedule.tp_size);

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <thread>
 
+#include "runtime/cuda/backend_namespace.hpp"
 #include "runtime/cuda/device_api.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 
@@ -38,4 +40,5 @@ DeviceApi& cuda_device_api() {
     return api;
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -21,6 +21,7 @@
 #include "runtime/cuda/trace.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 
@@ -340,4 +341,5 @@ std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule
     return std::make_unique<MegakernelProgram>(model, std::move(schedule), options);
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -3,6 +3,7 @@
 // and the kernel-per-op baseline (`cuda-kernels`, optionally replayed
 // as a CUDA graph). Built only with CUDA; the host logic they share is in upload_layout and control.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -12,6 +13,7 @@
 #include "runtime/program.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 struct CudaProgramOptions {
     uint32_t ctx_len = 0;          // 0: min(model context, 4096)
@@ -36,4 +38,5 @@ struct CudaKernelsOptions {
 std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule,
                                                    const CudaKernelsOptions& options);
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

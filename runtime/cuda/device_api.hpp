@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "runtime/cuda/backend_namespace.hpp"
+
 namespace mk {
 
 class DeviceApi {
@@ -25,8 +27,11 @@ public:
 
 // The DeviceApi the CUDA Programs (cuda_program.cu, kernels_program.cu) wait through. A build links one
 // definition: mk_cuda's (cuda_device_api.cpp, the CUDA runtime: stream queries and sleeps), or the
-// emulator's, whose idle() runs the emulated device and whose clock is its virtual time.
+// emulator's (the same file compiled for it: its stream queries run the emulated device). Each in its
+// backend's inline namespace (backend_namespace.hpp), so both may link into one binary.
+MK_CUDA_BACKEND_BEGIN
 DeviceApi& cuda_device_api();
+MK_CUDA_BACKEND_END
 
 struct StreamRef {
     int device = 0;

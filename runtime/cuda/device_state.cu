@@ -11,6 +11,7 @@
 #include "runtime/model_weights.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 void check_cuda(int status, const char* what) {
     if (status != cudaSuccess) {
@@ -263,4 +264,5 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     return state;
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

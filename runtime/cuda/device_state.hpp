@@ -2,6 +2,7 @@
 // arena and the KV caches, with the checks that refuse what the device cannot hold (before allocating).
 // Host code over the CUDA runtime; device memory is owned by DeviceBuffer.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -15,6 +16,7 @@
 #include "scheduler/schedule.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 // Throws mk::Error with `what` and the CUDA error text when status (a cudaError_t) is not success.
 void check_cuda(int status, const char* what);
@@ -114,4 +116,5 @@ private:
 std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
                                                   const RankPlacement& placement = {});
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

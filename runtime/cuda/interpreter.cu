@@ -12,6 +12,7 @@
 #include "runtime/cuda/page_tiles.cuh"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 
@@ -235,7 +236,7 @@ __device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader&
 }
 
 __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(const __grid_constant__ InterpreterParams P) {
-    extern __shared__ __align__(128) uint8_t smem[];
+    MK_DYNAMIC_SHARED(uint8_t, smem, 128);
     const uint32_t tid = threadIdx.x, sm = blockIdx.x;
     Pages pages;
     pages.base = smem;
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
             mbarrier_init(&pages.full[p], 1);
             mbarrier_init(&pages.empty[p], 1);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        ptx::fence_mbarrier_init();
         sh.loader_ring.reset(P.n_pages);
         sh.consumer_ring.reset(P.n_pages);
         sh.wait_failed = 0;
@@ -331,10 +332,11 @@ std::string launch_interpreter(const InterpreterParams& params, void* stream) {
     if (status != cudaSuccess) return cudaGetErrorString(status);
     InterpreterParams copy = params;
     void* args[] = {&copy};
-    status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(interpreter_kernel), dim3(params.n_sms),
+    status = cudaLaunchCooperativeKernel(interpreter_kernel, dim3(params.n_sms),
                                          dim3(kInterpreterThreads), args, smem, static_cast<cudaStream_t>(stream));
     if (status != cudaSuccess) return cudaGetErrorString(status);
     return "";
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -1,6 +1,7 @@
 // The resident interpreter kernel's launch interface (host side, no CUDA headers): what the kernel
 // reads (the upload layout, weights, memory, counters), how it is sized, and how it is launched.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cstdint>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "runtime/cuda/control.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 struct InterpreterParams {
     // The upload layout (device copies of UploadLayout's arrays).
@@ -55,4 +57,5 @@ inline constexpr uint32_t kInterpreterThreads = 32 * (1 + kInterpreterConsumerWa
 // Returns "" or the CUDA error text (a grid that cannot be co-resident is refused by the launch).
 std::string launch_interpreter(const InterpreterParams& params, void* stream);
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -16,6 +16,7 @@
 #include "runtime/cuda/op_kernels.hpp"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 
@@ -185,4 +186,5 @@ std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule 
     return std::make_unique<KernelsProgram>(model, std::move(schedule), options);
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

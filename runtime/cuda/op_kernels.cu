@@ -6,11 +6,12 @@
 #include "runtime/cuda/global_tiles.cuh"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 __global__ void __launch_bounds__(kBatchMaxThreads, 1)
     run_instruction_batch(const Instruction* instructions, const uint32_t* tile_begin, const DeviceTile* tiles,
                           const uint8_t* weight_blob, const int32_t* step_state, DeviceOpContext ctx) {
-    extern __shared__ float4 scratch[];  // float4: 16-byte aligned for row_dot's vector loads
+    MK_DYNAMIC_SHARED(float4, scratch, 16);  // float4: 16-byte aligned for row_dot's vector loads
     ctx.scratch = reinterpret_cast<float*>(scratch);
     ctx.pos = step_state[0];
     ctx.token = step_state[1];
@@ -31,9 +32,15 @@ cudaError_t launch_instruction_batch(const BatchLaunch& launch, cudaStream_t str
     DeviceOpContext ctx = launch.ctx;
     ctx.scratch = nullptr;
     ctx.scratch_floats = launch.scratch_bytes / 4;
-    run_instruction_batch<<<launch.count, launch.threads, launch.scratch_bytes, stream>>>(
-        launch.instructions, launch.tile_begin, launch.tiles, launch.weight_blob, launch.step_state, ctx);
-    return cudaGetLastError();
+    const Instruction* instructions = launch.instructions;
+    const uint32_t* tile_begin = launch.tile_begin;
+    const DeviceTile* tiles = launch.tiles;
+    const uint8_t* weight_blob = launch.weight_blob;
+    const int32_t* step_state = launch.step_state;
+    void* args[] = {&instructions, &tile_begin, &tiles, &weight_blob, &step_state, &ctx};
+    return cudaLaunchKernel(run_instruction_batch, dim3(launch.count), dim3(launch.threads), args, launch.scratch_bytes,
+                            stream);
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

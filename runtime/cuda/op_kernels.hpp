@@ -2,6 +2,7 @@
 // block each, with their tiles read in place from global memory. The reference the resident
 // interpreter is measured and checked against.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "instructions/device.cuh"
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 // Per-block thread limit: the launch bounds let the kernel (every op inlined) keep 255 registers.
 inline constexpr uint32_t kBatchMaxThreads = 256;
@@ -28,4 +30,5 @@ struct BatchLaunch {
 // Enqueues the batch on `stream`; returns the launch's error (cudaSuccess when queued).
 cudaError_t launch_instruction_batch(const BatchLaunch& launch, cudaStream_t stream);
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

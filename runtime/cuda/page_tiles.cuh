@@ -11,41 +11,13 @@
 
 namespace mk {
 
-__device__ inline uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ inline void mbarrier_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ inline void mbarrier_arrive(uint64_t* bar) {
-    asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared::cta.b64 state, [%0];\n\t}" ::"r"(smem_address(bar))
-                 : "memory");
-}
-__device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n\t}" ::"r"(
-                     smem_address(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-// True once the phase with this parity has completed.
-__device__ inline bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity)
-        : "memory");
-    return done != 0;
-}
-// A 1-D bulk copy global -> shared that completes `bar`'s transaction count (sm_90 TMA).
-__device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_address(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_address(bar))
-                 : "memory");
-}
-__device__ inline void prefetch_l2(const void* src, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
+// The PTX behind these is in instructions/common/ptx.cuh (the seam the emulator twins).
+using ptx::bulk_copy_to_shared;
+using ptx::mbarrier_arrive;
+using ptx::mbarrier_arrive_expect_tx;
+using ptx::mbarrier_init;
+using ptx::mbarrier_try_wait;
+using ptx::prefetch_l2;
 
 struct Pages {
     uint8_t* base;        // n pages of page_bytes

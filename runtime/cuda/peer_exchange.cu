@@ -17,6 +17,7 @@
 #endif
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 
@@ -177,4 +178,5 @@ void PeerExchange::open_peer_access() {
     view_.assign(n, own);  // unified addressing: the owner's pointer is valid on every peer
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -4,12 +4,14 @@
 // else through CUDA peer access (cudaDeviceEnablePeerAccess; under unified addressing a peer's own
 // pointer is valid on every device). Host code over the CUDA runtime; built only with CUDA.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace mk {
+MK_CUDA_BACKEND_BEGIN
 
 struct ExchangeRegion {
     uint8_t* arena = nullptr;      // the rank's region of the arena (its first byte)
@@ -48,4 +50,5 @@ private:
     std::string path_;
 };
 
+MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -6,6 +6,7 @@
 #include <string>
 
 namespace mk::cuda {
+MK_CUDA_BACKEND_BEGIN
 
 namespace {
 __global__ void add_one(int* value) { *value += 1; }
@@ -28,7 +29,8 @@ DeviceProbe probe_device() {
     int* value = nullptr;
     if (cudaMalloc(&value, sizeof(int)) == cudaSuccess) {
         cudaMemset(value, 0, sizeof(int));
-        add_one<<<1, 1>>>(value);
+        void* args[] = {&value};
+        cudaLaunchKernel(add_one, dim3(1), dim3(1), args, 0, nullptr);
         int host = 0;
         probe.kernel_ran = cudaMemcpy(&host, value, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && host == 1;
         cudaFree(value);
@@ -53,4 +55,5 @@ DeviceProbe probe_device() {
     return probe;
 }
 
+MK_CUDA_BACKEND_END
 }  // namespace mk::cuda

@@ -1,10 +1,12 @@
 // Host-side view of the CUDA device, safe to call on machines with no GPU driver.
 #pragma once
+#include "runtime/cuda/backend_namespace.hpp"
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace mk::cuda {
+MK_CUDA_BACKEND_BEGIN
 
 struct DeviceProbe {
     bool available = false;
@@ -21,4 +23,5 @@ struct DeviceProbe {
 
 DeviceProbe probe_device();
 
+MK_CUDA_BACKEND_END
 }  // namespace mk::cuda

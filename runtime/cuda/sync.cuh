@@ -9,15 +9,12 @@
 
 #include <cstdint>
 
+#include "instructions/common/ptx.cuh"
 #include "runtime/cuda/control.hpp"
 
 namespace mk::cuda_sync {
 
-__device__ inline uint64_t global_timer_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using ptx::global_timer_ns;
 
 __device__ inline uint64_t acquire_load(const uint64_t* counter) {
     return cuda::atomic_ref<const uint64_t, cuda::thread_scope_device>(*counter).load(cuda::memory_order_acquire);
@@ -41,7 +38,7 @@ __device__ inline uint64_t acquire_load_system(const uint64_t* counter) {
     return cuda::atomic_ref<const uint64_t, cuda::thread_scope_system>(*counter).load(cuda::memory_order_acquire);
 }
 // Generic-proxy writes seen through an acquire become visible to later async-proxy (bulk) reads.
-__device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+using ptx::fence_proxy_async_global;
 
 // Mapped host memory: system-scope accesses (the host reads and writes it while the kernel runs).
 __device__ inline uint32_t system_load(const volatile uint32_t* value) {

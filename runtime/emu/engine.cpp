@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -57,6 +58,8 @@ uint64_t Device::random() {  // splitmix64
 Engine& Engine::get() {
     static Engine* e = [] {
         auto* engine = new Engine();  // never destroyed: fibers may outlive static destruction order
+        if (const char* seed = std::getenv("MK_EMU_SEED")) engine->config.seed = std::strtoull(seed, nullptr, 10);
+        if (const char* sms = std::getenv("MK_EMU_SMS")) engine->config.n_sms = uint32_t(std::strtoul(sms, nullptr, 10));
         return engine;
     }();
     return *e;

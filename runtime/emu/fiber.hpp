@@ -1,10 +1,13 @@
 // A fiber: a function running on its own stack, entered and left only by explicit switches with the
-// scheduler's context (ucontext). Under ASan every switch is announced so stack checks follow it.
+// scheduler's context. On x86-64 a switch saves the callee-saved registers and swaps stack pointers (no
+// system call, unlike swapcontext's signal mask); elsewhere ucontext. Under ASan every switch is announced.
 #pragma once
-#include <ucontext.h>
-
 #include <cstddef>
 #include <cstdint>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 namespace mk_emu {
 
@@ -22,16 +25,22 @@ public:
     void suspend();
     bool finished() const { return finished_; }
 
+    static void run(Fiber* f);  // the first frame on the fiber's stack
+
 private:
-    static void trampoline(unsigned lo, unsigned hi);
+#if defined(__x86_64__)
+    void* sp_ = nullptr;            // the fiber's saved stack pointer while it is suspended
+    void* scheduler_sp_ = nullptr;  // the scheduler's while the fiber runs
+#else
     ucontext_t context_{};
     ucontext_t scheduler_{};
+#endif
     void* stack_ = nullptr;
     size_t stack_bytes_ = 0;
     Entry entry_;
     void* arg_;
     bool finished_ = false;
-    // ASan's fake-stack handle while the scheduler's stack is switched away from (unused without ASan).
+    // ASan's fake-stack handle and the scheduler's stack while it is switched away from (unused without ASan).
     void* fake_stack_ = nullptr;
     const void* scheduler_stack_ = nullptr;
     size_t scheduler_stack_bytes_ = 0;

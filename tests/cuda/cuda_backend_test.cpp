@@ -19,6 +19,7 @@
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"
 #include "scheduler/compile.hpp"
+#include "tests/cuda/cuda_test_config.hpp"
 #include "tests/test_compare.hpp"
 
 namespace mk {
@@ -43,7 +44,7 @@ Model synthetic(const std::string& spec) {
 std::unique_ptr<Program> program_for(const Model& model, const std::string& backend, bool stepwise = false,
                                      bool graph = false) {
     api::BackendOptions o;
-    o.backend = backend;
+    o.backend = test::cuda_backend(backend);
     o.stepwise = stepwise;
     o.graph = graph;
     o.ctx_len = 512;
@@ -122,7 +123,7 @@ TEST_CASE("CUDA sanitize: two stepwise steps of the tiny model match the CPU", "
 TEST_CASE("CUDA smoke: the watchdog ends an unmeetable wait with a fault report, not a hang", "[cuda][smoke]") {
     Model model = synthetic("synthetic:tiny-llama:f32:seed=21");
     api::BackendOptions o;
-    o.backend = "cuda";
+    o.backend = test::cuda_backend("cuda");
     Schedule s = resolve_schedule(model, o);
     bool broken = false;
     for (auto& stream : s.streams)
@@ -148,12 +149,14 @@ TEST_CASE("CUDA smoke: the watchdog ends an unmeetable wait with a fault report,
 }
 
 TEST_CASE("CUDA forward: every CUDA mode matches the CPU backend, teacher-forced", "[cuda][forward]") {
-    const std::string specs[] = {"synthetic:smollm2-135m:bf16:seed=22", "synthetic:llama-3.2-1b:bf16:layers=4:seed=23",
-                                 "synthetic:smollm2-135m:q8_0:layers=6:seed=24",
-                                 "synthetic:smollm2-135m:q4_1:layers=6:seed=25"};
+    const std::vector<std::string> specs = test::device_or_emu<std::vector<std::string>>(
+        {"synthetic:smollm2-135m:bf16:seed=22", "synthetic:llama-3.2-1b:bf16:layers=4:seed=23",
+         "synthetic:smollm2-135m:q8_0:layers=6:seed=24", "synthetic:smollm2-135m:q4_1:layers=6:seed=25"},
+        {"synthetic:tiny-llama:bf16:seed=22", "synthetic:tiny-qwen3:f16:seed=23", "synthetic:tiny-llama:q8_0:seed=24",
+         "synthetic:tiny-qwen2:q4_1:seed=25", "synthetic:tiny-llama:q4_0:seed=26"});
     for (const std::string& spec : specs) {
         Model model = synthetic(spec);
-        const std::vector<int32_t> tokens = test_tokens(model, 12);
+        const std::vector<int32_t> tokens = test_tokens(model, test::device_or_emu(12, 4));
         auto cpu = program_for(model, "cpu");
         const auto want = teacher_forced(*cpu, tokens);
         struct Mode {
@@ -169,11 +172,13 @@ TEST_CASE("CUDA forward: every CUDA mode matches the CPU backend, teacher-forced
     }
 }
 
-TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise mode", "[cuda][resident]") {
-    Model model = synthetic("synthetic:smollm2-135m:bf16:layers=8:seed=26");
+TEST_CASE("CUDA resident: a device-side generation (128 tokens, 32 emulated) equals the stepwise mode", "[cuda][resident]") {
+    Model model = synthetic(test::device_or_emu<std::string>("synthetic:smollm2-135m:bf16:layers=8:seed=26",
+                                                             "synthetic:tiny-llama:bf16:layers=2:seed=26"));
     const std::vector<int32_t> prompt = test_tokens(model, 8);
+    const uint32_t n_new = test::device_or_emu(128u, 32u);
     api::BackendOptions o;
-    o.backend = "cuda";
+    o.backend = test::cuda_backend("cuda");
     o.ctx_len = 512;
     const Schedule s = resolve_schedule(model, o);
     CudaProgramOptions resident_options;
@@ -185,12 +190,12 @@ TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise
         auto resident = make_cuda_program(model, s, resident_options);
         const auto t0 = std::chrono::steady_clock::now();
         generated = resident
-                        ->run_generation(prompt, 128, {}, [&](int32_t t) { streamed.push_back(t); return true; }, nullptr)
+                        ->run_generation(prompt, n_new, {}, [&](int32_t t) { streamed.push_back(t); return true; }, nullptr)
                         .tokens;
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        WARN("resident generate: 8 prompt + 128 new tokens in " << seconds * 1000 << " ms");
+        WARN("resident generate: 8 prompt + " << n_new << " new tokens in " << seconds * 1000 << " ms");
         CHECK(streamed == generated);
-        REQUIRE(generated.size() == 128);
+        REQUIRE(generated.size() == n_new);
         // A second live resident megakernel on this device could never start: it is refused, naming the first.
         CHECK_THROWS_WITH(make_cuda_program(model, s, resident_options),
                           Catch::Contains("already runs the resident megakernel"));
@@ -203,9 +208,9 @@ TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise
         auto stepwise = make_cuda_program(model, s, stepwise_options);
         int32_t next = 0;
         for (size_t p = 0; p < prompt.size(); ++p) next = stepwise->step(prompt[p], int32_t(p), {}, {});
-        for (int32_t p = int32_t(prompt.size()); expected.size() < 128; ++p) {
+        for (int32_t p = int32_t(prompt.size()); expected.size() < n_new; ++p) {
             expected.push_back(next);
-            if (expected.size() < 128) next = stepwise->step(next, p, {}, {});
+            if (expected.size() < n_new) next = stepwise->step(next, p, {}, {});
         }
     }
     CHECK(generated == expected);
@@ -215,7 +220,7 @@ TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise
         auto stopping = make_cuda_program(model, s, resident_options);
         const std::vector<int32_t> stop = {expected[5]};
         const auto first = std::find(expected.begin(), expected.end(), expected[5]);
-        const DeviceLoopResult r = stopping->run_generation(prompt, 128, stop, {}, nullptr);
+        const DeviceLoopResult r = stopping->run_generation(prompt, n_new, stop, {}, nullptr);
         CHECK(r.tokens == std::vector<int32_t>(expected.begin(), first + 1));
         CHECK(r.stopped);
         CHECK(r.n_steps == prompt.size() + size_t(first - expected.begin()));
@@ -226,11 +231,11 @@ TEST_CASE("CUDA resident: a 128-token device-side generation equals the stepwise
     Engine engine(model, make_cuda_program(model, s, resident_options));
     REQUIRE(engine.program().runs_generation(SamplingParams{}, 0));
     GenerateOptions go;
-    go.n_predict = 128;
+    go.n_predict = int32_t(n_new);
     go.stop_at_eog = false;
     const GenerateStats stats = engine.generate(prompt, go, [](std::string_view) { return true; });
     CHECK(stats.tokens == expected);
-    CHECK(stats.n_past == int32_t(prompt.size()) + 127);
+    CHECK(stats.n_past == int32_t(prompt.size() + n_new) - 1);
 }
 
 }  // namespace mk

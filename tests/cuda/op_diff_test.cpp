@@ -18,6 +18,7 @@
 #include "runtime/cpu/tile_readers.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/op_kernels.hpp"
+#include "tests/cuda/cuda_test_config.hpp"
 
 namespace mk {
 namespace {
@@ -90,7 +91,7 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         write_synthetic_model(parse_synthetic_spec(c.spec), path);
         Model model = load_model(path);
         api::BackendOptions o;
-        o.backend = "cuda";
+        o.backend = test::cuda_backend("cuda");
         if (c.tp > 1) o.tp_loopback = c.tp;
         const uint32_t ctx_len = 64;
         std::unique_ptr<DeviceState> state = upload_program_state(model, resolve_schedule(model, o), ctx_len);

@@ -104,6 +104,19 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+    return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+template <typename T>
+cudaError_t cudaMallocHost(T** ptr, size_t bytes) {
+    return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes);
+}
+template <typename T>
+cudaError_t cudaHostAlloc(T** ptr, size_t bytes, unsigned flags) {
+    return cudaHostAlloc(reinterpret_cast<void**>(ptr), bytes, flags);
+}
+
 // A kernel launch as the emulator runs it: `body` runs the kernel function in the calling fiber.
 struct LaunchSpec {
     const void* kernel;

@@ -20,6 +20,8 @@
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/compile.hpp"
+#include "runtime/emu/emu_program.hpp"
+#include "tests/cuda/cuda_test_config.hpp"
 #include "tests/test_paths.hpp"
 #include "tests/test_compare.hpp"
 
@@ -42,7 +44,7 @@ Model synthetic(const std::string& spec) {
 
 api::BackendOptions options(const std::string& backend, uint32_t tp_loopback) {
     api::BackendOptions o;
-    o.backend = backend;
+    o.backend = test::cuda_backend(backend);
     o.tp_loopback = tp_loopback;
     o.ctx_len = 256;
     o.threads = std::max(1u, std::thread::hardware_concurrency());
@@ -77,7 +79,7 @@ std::unique_ptr<Program> loopback_program(const Model& model, const std::string&
     o.graph = graph;
     Schedule s = resolve_schedule(model, o);
     REQUIRE(s.tp_size == tp);
-    REQUIRE(s.target.n_sms == current_device().sm_count / tp);
+    REQUIRE(s.target.n_sms == test::device_or_emu(current_device().sm_count / tp, kEmuDefaultSms));
     REQUIRE(s.streams.size() == size_t(tp) * s.target.n_sms);
     return make_program(model, std::move(s), o);
 }
@@ -122,10 +124,11 @@ std::vector<int32_t> device_generate(const Model& model, uint32_t tp, const std:
 
 }  // namespace
 
-TEST_CASE("CUDA TP loopback: TP=2 on the Llama-3.2-1B shape matches the CPU at TP=1", "[cuda][tp]") {
-    Model model = synthetic("synthetic:llama-3.2-1b:bf16:layers=2:vocab=4096:seed=31");
-    const std::vector<int32_t> prompt = {1, 791, 2864, 315, 3822, 374};
-    const uint32_t tp = 2, n_new = 8;
+TEST_CASE("CUDA TP loopback: TP=2 on the Llama-3.2-1B shape (tiny-llama emulated) matches the CPU at TP=1", "[cuda][tp]") {
+    Model model = synthetic(test::device_or_emu<std::string>("synthetic:llama-3.2-1b:bf16:layers=2:vocab=4096:seed=31",
+                                                             "synthetic:tiny-llama:bf16:seed=31"));
+    const auto prompt = test::device_or_emu<std::vector<int32_t>>({1, 791, 2864, 315, 3822, 374}, {1, 279, 304, 315, 238, 374});
+    const uint32_t tp = 2, n_new = test::device_or_emu(8u, 4u);
     const Reference ref = cpu_reference(model, prompt, n_new);
     for (const Mode& m : {kResident, kStepwise, kKernels, kGraph}) {
         auto gpu = loopback_program(model, m.backend, tp, m.stepwise, m.graph);

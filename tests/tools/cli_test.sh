@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The mk CLI at its boundary: bad input gives one clear error line and a non-zero exit, never a crash;
-# `mk bench -o json` is valid JSON with tokens/s for pp and tg; a full context is reported. Usage: cli_test.sh MK CASE
+# `mk bench -o json` is valid JSON with tokens/s for pp and tg; a full context is reported; --backend cuda-emu
+# prints the cpu backend's text. Usage: cli_test.sh MK CASE
 # (exit 77: skipped, the default model is not fetched).
 set -uo pipefail
 mk=$1
@@ -80,6 +81,17 @@ PY
       fail "mk generate failed"
     grep -Eq '^mk: the context of 12 tokens is full: generation stopped' "$err" || fail "no context-full line"
     echo "ok: $(grep 'context of' "$err")"
+    ;;
+  cuda_emu)
+    # The megakernel's device code on the CUDA emulator prints the CPU backend's greedy text; its
+    # slowness notice goes to stderr, the text alone to stdout.
+    spec=synthetic:tiny-llama:bf16
+    "$mk" generate --backend cpu --cpu-dots exact -m $spec -p "Hello" -n 16 --temp 0 >"$out" 2>"$err" || fail "cpu failed"
+    want=$(cat "$out")
+    "$mk" generate --backend cuda-emu -m $spec -p "Hello" -n 16 --temp 0 >"$out" 2>"$err" || fail "cuda-emu failed"
+    grep -q 'runs the CUDA device code in the emulator' "$err" || fail "no slowness notice on stderr"
+    [[ $(cat "$out") == "$want" ]] || fail "cuda-emu's text differs from the cpu backend's: '$want'"
+    echo "ok: cuda-emu = cpu: $want"
     ;;
   *)
     echo "cli_test: unknown case $case_name" >&2

@@ -82,7 +82,7 @@ const Allocation* Engine::find(const void* p, uintptr_t* base) const {
     return &it->second;
 }
 
-std::string Engine::describe(const void* p) const {
+std::string Engine::describe(const void* p, const Block* block) const {
     uintptr_t base = 0;
     char buf[160];
     if (const Allocation* a = find(p, &base)) {
@@ -90,8 +90,9 @@ std::string Engine::describe(const void* p) const {
                       a->id, size_t(reinterpret_cast<uintptr_t>(p) - base));
         return buf;
     }
-    if (current && current->block->smem) {
-        const Block& b = *current->block;
+    if (!block && current) block = current->block;
+    if (block && block->smem) {
+        const Block& b = *block;
         const auto* q = static_cast<const uint8_t*>(p);
         if (q >= b.smem && q < b.smem + b.smem_bytes) {
             std::snprintf(buf, sizeof buf, "shared memory + %zu", size_t(q - b.smem));
@@ -395,21 +396,20 @@ bool Engine::drive(Device& d, Until until, Stream* stream) {
         }
         if (!d.sleeping.empty()) {
             // Everyone polls: jump to the next wake-up, further and further while nothing changes.
-            bool host_poll = false;
-            {
-                auto copy = d.sleeping;
-                while (!copy.empty()) {
-                    const Allocation* a = find(copy.top().thread->last_load);
-                    host_poll = host_poll || (a && a->kind == AllocKind::host_mapped);
-                    copy.pop();
-                }
-            }
             const bool quiet = d.progress == d.progress_at_jump;
             d.progress_at_jump = d.progress;
             if (quiet) d.dilation_ns = std::min(kMaxDilationNs, std::max<uint64_t>(1000, d.dilation_ns * 2));
             d.now_ns = std::max(d.sleeping.top().wake_ns, d.now_ns + (quiet ? d.dilation_ns : 0));
-            if (host_poll && until == Until::slice) return true;  // the host may write what they poll
-            if (d.now_ns - d.last_progress_ns > config.spin_limit_ns) {
+            const bool stalled = d.now_ns - d.last_progress_ns > config.spin_limit_ns;
+            if (!quiet || (until != Until::slice && !stalled)) continue;
+            bool host_poll = false;
+            for (auto copy = d.sleeping; !copy.empty(); copy.pop()) {
+                const Allocation* a = find(copy.top().thread->last_load);
+                host_poll = host_poll || (a && a->kind == AllocKind::host_mapped);
+            }
+            // Nothing changed since the last jump and someone polls host memory: the host's turn.
+            if (host_poll && until == Until::slice) return true;
+            if (stalled) {
                 const char* headline = host_poll ? "the device waits for the host, which waits for the device (a "
                                                    "synchronization that would never return)"
                                                  : "deadlock: no thread can make progress (spinning without progress for "
@@ -457,7 +457,7 @@ std::string Engine::stall_report(const Device& d, const char* headline) const {
                     if (t.state == ThreadState::done) what = "exited";
                     else if (t.state == ThreadState::sleeping)
                         what = std::string(t.waits_for) + " at " + where_text(t.where) + ", polling " +
-                               (t.last_load ? describe(t.last_load) + " (read at " + where_text(t.last_load_where) + ")"
+                               (t.last_load ? describe(t.last_load, &b) + " (read at " + where_text(t.last_load_where) + ")"
                                             : std::string("nothing"));
                     else if (t.state == ThreadState::blocked) {
                         what = std::string(t.waits_for) + " at " + where_text(t.where);

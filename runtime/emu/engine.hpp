@@ -181,7 +181,8 @@ public:
     void reset(const Config& c);
     Device& device(int ordinal) { return *devices.at(size_t(ordinal)); }
     const Allocation* find(const void* p, uintptr_t* base = nullptr) const;
-    std::string describe(const void* p) const;
+    // What `p` is: an allocation and offset, or `block`'s (default: the running thread's) shared memory.
+    std::string describe(const void* p, const Block* block = nullptr) const;
 
     // Runs `d` until the stream is idle (Until::stream_idle), every stream is (device_idle), or for a slice.
     // Returns false when the device can make no more progress without the host (a sync would wait forever).

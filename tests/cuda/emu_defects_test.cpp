@@ -20,33 +20,41 @@ Model tiny_model() {
     return load_model(path);
 }
 
-// The schedule with the first signal of the first instruction some other instruction waits on removed.
-Schedule without_a_signal(const Model& model) {
+Schedule compiled(const Model& model) {
     api::BackendOptions o;
     o.backend = "cuda-emu";
-    Schedule s = resolve_schedule(model, o);
+    return resolve_schedule(model, o);
+}
+
+// The first instruction that waits for another's results (not embed's wait for the previous token).
+Instruction& first_real_wait(Schedule& s) {
     for (auto& stream : s.streams)
-        for (const Instruction& ins : stream)
-            if (ins.n_waits > 0 && Opcode(ins.opcode) != Opcode::embed) {
-                const uint16_t counter = ins.waits[0].counter;
-                for (auto& other : s.streams)
-                    for (Instruction& signaller : other)
-                        for (uint32_t g = 0; g < signaller.n_signals; ++g)
-                            if (signaller.signals[g].counter == counter) {
-                                signaller.signals[g] = signaller.signals[signaller.n_signals - 1];
-                                --signaller.n_signals;
-                                return s;
-                            }
-            }
-    FAIL("no waited-on counter");
-    return s;
+        for (Instruction& ins : stream)
+            if (ins.n_waits > 0 && Opcode(ins.opcode) != Opcode::embed) return ins;
+    FAIL("no wait in the schedule");
+    return s.streams[0][0];
 }
 
 }  // namespace
 
-TEST_CASE("CUDA emulator: a removed counter signal ends in a report, by the watchdog or by the emulator", "[cuda][emu]") {
+TEST_CASE("CUDA emulator: a removed signal is refused on the host; a wait nobody meets ends in a report", "[cuda][emu]") {
     Model model = tiny_model();
-    const Schedule s = without_a_signal(model);
+    {
+        Schedule s = compiled(model);
+        const uint16_t counter = first_real_wait(s).waits[0].counter;
+        bool removed = false;
+        for (auto& stream : s.streams)
+            for (Instruction& ins : stream)
+                for (uint32_t g = 0; g < ins.n_signals && !removed; ++g)
+                    if (ins.signals[g].counter == counter) {
+                        ins.signals[g] = ins.signals[--ins.n_signals];
+                        removed = true;
+                    }
+        REQUIRE(removed);
+        CHECK_THROWS_WITH(make_cuda_program(model, s, CudaProgramOptions{}), Catch::Contains("step_total"));
+    }
+    Schedule s = compiled(model);
+    first_real_wait(s).waits[0].target += 1000;  // never reached
     for (bool stepwise : {false, true}) {
         INFO((stepwise ? "stepwise" : "resident"));
         // The kernel's own watchdog (virtual time on the emulator) names the stuck wait.

@@ -182,7 +182,7 @@ TEST_CASE("emulator: ballot, any, all and the shuffle variants", "[emu]") {
     cudaFree(out);
 }
 
-TEST_CASE("emulator: a named barrier orders its warps; a count mismatch is reported", "[emu]") {
+TEST_CASE("emulator: a named barrier orders its warps, a count mismatch is reported", "[emu]") {
     mk_emu::configure(small(7));
     uint32_t* out = device_array<uint32_t>(256);
     REQUIRE(run(named_barrier, dim3(1), dim3(128), 0, out, 0) == cudaSuccess);
@@ -226,7 +226,7 @@ TEST_CASE("emulator: a spin that nobody can end is reported with what it polls",
     cudaFree(flag);
 }
 
-TEST_CASE("emulator: one seed replays one interleaving exactly; seeds differ", "[emu]") {
+TEST_CASE("emulator: one seed replays one interleaving exactly, seeds differ", "[emu]") {
     auto order = [](uint64_t seed) {
         mk_emu::configure(small(seed));
         uint32_t* counter = device_array<uint32_t>(1);

@@ -37,7 +37,7 @@ Instruction& first_real_wait(Schedule& s) {
 
 }  // namespace
 
-TEST_CASE("CUDA emulator: a removed signal is refused on the host; a wait nobody meets ends in a report", "[cuda][emu]") {
+TEST_CASE("CUDA emulator: a removed signal is refused on the host, a wait nobody meets ends in a report", "[cuda][emu]") {
     Model model = tiny_model();
     {
         Schedule s = compiled(model);

@@ -16,9 +16,15 @@ constexpr uint64_t kNsPerDecision = 2;
 constexpr uint64_t kMaxDilationNs = 1'000'000;
 constexpr uint32_t kSliceDecisions = 20000;
 
+// Thrown by a faulting thread so its frames unwind (no leak); the grid is torn down after it.
+struct KernelFault {};
+
 void thread_entry(void* arg) {
     Thread* t = static_cast<Thread*>(arg);
-    t->block->grid->spec.body();
+    try {
+        t->block->grid->spec.body();
+    } catch (const KernelFault&) {
+    }
 }
 }  // namespace
 
@@ -114,9 +120,8 @@ void Engine::fault(const std::string& what) {
                     ") thread " + std::to_string(t.tid) + " (warp " + std::to_string(t.warp()) + " lane " +
                     std::to_string(t.lane()) + "): " + what;
     }
-    t.state = ThreadState::done;
     t.waits_for = "fault";
-    for (;;) t.fiber->suspend();  // never resumed: the grid is torn down
+    throw KernelFault{};
 }
 
 void Engine::block_current(const char* waits_for, Where where, uint32_t id) {

@@ -1,5 +1,5 @@
-// mk_dot_bench: CPU row-dot kernels on model-shaped matrices, scalar vs AVX2 exact vs q8 / q16 fast in
-// one run: GB/s of weight bytes (mean ± sd over repeats), speed-ups, and the fast modes' error.
+// mk_dot_bench: CPU row-dot kernels on model-shaped matrices, scalar vs AVX2 exact vs q16 fast in
+// one run: GB/s of weight bytes (mean ± sd over repeats), speed-ups, and the fast mode's error.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -77,7 +77,7 @@ std::string git_commit() {
     return std::system(cmd.c_str()) == 0 ? out : out + "+";
 }
 
-enum class Mode { Read, Scalar, Avx2, Q8, Q16 };
+enum class Mode { Read, Scalar, Avx2, Q16 };
 
 struct Matrix {
     DType dtype;
@@ -142,23 +142,14 @@ uint64_t read_bytes(const uint8_t* p, size_t n) {
     return read_bytes_portable(p, n);
 }
 
-// Activations quantized once per pass, as an op quantizes its input once per instruction.
-struct Activations {
-    std::vector<mk::BlockQ8> q8;
-    std::vector<mk::BlockQ16> q16;
-};
-
-// One matrix-vector product: the unit an instruction runs (q8 / q16 include quantizing x once).
-void matvec(Mode mode, const Matrix& m, const uint8_t* w, const float* x, Activations& a, float* out) {
+// One matrix-vector product: the unit an instruction runs (q16 includes quantizing x once, as an op
+// quantizes its input once per instruction).
+void matvec(Mode mode, const Matrix& m, const uint8_t* w, const float* x, std::vector<mk::BlockQ16>& xq, float* out) {
     switch (mode) {
         case Mode::Read: out[0] = float(read_bytes(w, m.row_bytes * size_t(m.rows))); return;
-        case Mode::Q8:
-            mk::quantize_activations_q8(x, m.cols, a.q8.data());
-            for (int64_t r = 0; r < m.rows; ++r) out[r] = mk::dot_row_q8(m.dtype, w + size_t(r) * m.row_bytes, a.q8.data(), m.cols);
-            return;
         case Mode::Q16:
-            mk::quantize_activations_q16(x, m.cols, a.q16.data());
-            for (int64_t r = 0; r < m.rows; ++r) out[r] = mk::dot_row_q16(m.dtype, w + size_t(r) * m.row_bytes, a.q16.data(), m.cols);
+            mk::quantize_activations_q16(x, m.cols, xq.data());
+            for (int64_t r = 0; r < m.rows; ++r) out[r] = mk::dot_row_q16(m.dtype, w + size_t(r) * m.row_bytes, xq.data(), m.cols);
             return;
         case Mode::Scalar:
         case Mode::Avx2: {
@@ -171,7 +162,7 @@ void matvec(Mode mode, const Matrix& m, const uint8_t* w, const float* x, Activa
 
 // GB/s samples of weight bytes, after two warm-up passes.
 std::vector<double> measure(Mode mode, const Matrix& m, const std::vector<float>& x, int repeats, std::vector<float>& out) {
-    Activations xq{std::vector<mk::BlockQ8>(size_t(m.cols / 32)), std::vector<mk::BlockQ16>(size_t(m.cols / 32))};
+    std::vector<mk::BlockQ16> xq(size_t(m.cols / 32));
     const double bytes = double(m.row_bytes) * double(m.rows);
     for (int i = 0; i < 2; ++i) matvec(mode, m, m.copies[0].data(), x.data(), xq, out.data());
     std::vector<double> gbps;
@@ -186,14 +177,14 @@ std::vector<double> measure(Mode mode, const Matrix& m, const std::vector<float>
 }
 
 // A fast mode's worst error, relative to the largest |exact| output (as logits are compared).
-double fast_error(const Matrix& m, const std::vector<float>& x, const std::vector<float>& q8_out) {
+double fast_error(const Matrix& m, const std::vector<float>& x, const std::vector<float>& fast_out) {
     std::vector<float> row(size_t(m.cols));
     double max_err = 0, max_ref = 0;
     for (int64_t r = 0; r < m.rows; ++r) {
         mk::dequantize_row(m.dtype, m.copies[0].data() + size_t(r) * m.row_bytes, row.data(), m.cols);
         double ref = 0;
         for (int64_t i = 0; i < m.cols; ++i) ref += double(row[size_t(i)]) * double(x[size_t(i)]);
-        max_err = std::max(max_err, std::fabs(double(q8_out[size_t(r)]) - ref));
+        max_err = std::max(max_err, std::fabs(double(fast_out[size_t(r)]) - ref));
         max_ref = std::max(max_ref, std::fabs(ref));
     }
     return max_ref > 0 ? max_err / max_ref : 0;
@@ -204,11 +195,11 @@ int run(const Options& o) {
     fmt::print("mk_dot_bench: commit {}, {} ({} threads), active ISA {}, rows {}, repeats {}, {}\n", git_commit(),
                cpu_model(), std::thread::hardware_concurrency(), mk::cpu_isa_name(), o.rows, o.repeats,
                o.footprint_mb > 0 ? fmt::format("{} MB of copies rotated (DRAM)", o.footprint_mb) : std::string("one matrix (cache-hot)"));
-    fmt::print("GB/s of weight bytes, mean ± sd. read: the bytes summed as 64-bit words (the streaming ceiling); q8 and q16\n"
-               "run on the active ISA and include quantizing x; err = max |fast - float64| / max |float64| over the rows\n\n");
-    fmt::print("| format | cols | MB | read GB/s | scalar GB/s | avx2 GB/s | q8 GB/s | q16 GB/s | avx2/scalar | q8/scalar | q16/scalar "
-               "| q8/read | q16/read | q8 err | q16 err |\n");
-    fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fmt::print("GB/s of weight bytes, mean ± sd. read: the bytes summed as 64-bit words (the streaming ceiling); q16\n"
+               "runs on the active ISA and include quantizing x; err = max |fast - float64| / max |float64| over the rows\n\n");
+    fmt::print("| format | cols | MB | read GB/s | scalar GB/s | avx2 GB/s | q16 GB/s | avx2/scalar | q16/scalar | q16/read "
+               "| q16 err |\n");
+    fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::mt19937 rng(1);
     std::string raw;
     for (const std::string& name : o.formats) {
@@ -222,18 +213,16 @@ int run(const Options& o) {
             std::vector<float> x(static_cast<size_t>(cols)), out(static_cast<size_t>(o.rows));
             std::normal_distribution<float> normal(0, 1);
             for (float& v : x) v = normal(rng);
-            const Mode modes[5] = {Mode::Read, Mode::Scalar, Mode::Avx2, Mode::Q8, Mode::Q16};
-            const char* mode_names[5] = {"read", "scalar", "avx2", "q8", "q16"};
-            std::vector<double> samples[5];
-            Stats s[5];
-            std::string err[5] = {"-", "-", "-", "-", "-"};
-            for (int i = 0; i < 5; ++i) {
-                if ((modes[i] == Mode::Avx2 && !avx2) || (modes[i] == Mode::Q8 && !mk::has_q8_dot(dtype)) ||
-                    (modes[i] == Mode::Q16 && !mk::has_q16_dot(dtype)))
-                    continue;
+            const Mode modes[4] = {Mode::Read, Mode::Scalar, Mode::Avx2, Mode::Q16};
+            const char* mode_names[4] = {"read", "scalar", "avx2", "q16"};
+            std::vector<double> samples[4];
+            Stats s[4];
+            std::string err[4] = {"-", "-", "-", "-"};
+            for (int i = 0; i < 4; ++i) {
+                if ((modes[i] == Mode::Avx2 && !avx2) || (modes[i] == Mode::Q16 && !mk::has_q16_dot(dtype))) continue;
                 samples[i] = measure(modes[i], m, x, o.repeats, out);
                 s[i] = stats(samples[i]);
-                if (modes[i] == Mode::Q8 || modes[i] == Mode::Q16) err[i] = fmt::format("{:.1e}", fast_error(m, x, out));
+                if (modes[i] == Mode::Q16) err[i] = fmt::format("{:.1e}", fast_error(m, x, out));
                 raw += fmt::format("{} {} {}: {:.2f}\n", name, cols, mode_names[i], fmt::join(samples[i], " "));
             }
             auto show = [&](int i) { return samples[i].empty() ? std::string("-") : fmt::format("{:.2f} ± {:.2f}", s[i].mean, s[i].sd); };
@@ -243,9 +232,9 @@ int run(const Options& o) {
             auto share = [&](int a) {
                 return samples[a].empty() ? std::string("-") : fmt::format("{:.0f}%", 100 * s[a].mean / s[0].mean);
             };
-            fmt::print("| {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name, cols,
-                       double(m.row_bytes) * double(m.rows) / 1e6, show(0), show(1), show(2), show(3), show(4), ratio(2, 1),
-                       ratio(3, 1), ratio(4, 1), share(3), share(4), err[3], err[4]);
+            fmt::print("| {} | {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name, cols,
+                       double(m.row_bytes) * double(m.rows) / 1e6, show(0), show(1), show(2), show(3), ratio(2, 1),
+                       ratio(3, 1), share(3), err[3]);
         }
     }
     if (o.raw) fmt::print("\nraw samples (GB/s):\n{}", raw);
@@ -256,7 +245,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
     Options o;
-    CLI::App app{"CPU row-dot kernels: scalar vs AVX2 exact vs q8 and q16 fast"};
+    CLI::App app{"CPU row-dot kernels: scalar vs AVX2 exact vs q16 fast"};
     app.add_option("--formats", o.formats, "Formats to measure")->delimiter(',');
     app.add_option("--cols", o.cols, "Row lengths")->delimiter(',');
     app.add_option("--rows", o.rows, "Rows per matrix");

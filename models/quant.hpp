@@ -49,34 +49,14 @@ float dot_row(DType dtype, const void* row, const float* x, int64_t n);
 // The same on an explicit ISA (tests, benchmarks); throws if this CPU lacks it.
 float dot_row(CpuIsa isa, DType dtype, const void* row, const float* x, int64_t n);
 
-// Fast mode (as llama.cpp's q8 dots): activations quantized once per instruction to 8-bit blocks of
-// 32, then integer dots against the weights' own integers. An op quantizes its input vector once
-// (if has_q8_dot(weight dtype)) and calls dot_row_q8 per row. Block b holds x[32b, 32b + 32):
-// d = max|x| / 127, q = round-to-nearest-even(x * 127 / max|x|) in [-127, 127] (all 0 when max is 0).
-struct BlockQ8 {
-    float d;       // x[i] ~= q[i] * d
-    float sum;     // d * sum(q): the block's activation sum, for formats with an offset (Q4_1, Q4_K)
-    int8_t q[32];
-};
-static_assert(sizeof(BlockQ8) == 40);
-constexpr int kQ8BlockValues = 32;
-// True where dot_row_q8 has an integer kernel: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (not F32, F16, BF16).
-bool has_q8_dot(DType dtype);
-// out[0, n / 32) = x quantized; n must be a multiple of 32. Scalar and AVX2 give identical blocks.
-void quantize_activations_q8(const float* x, int64_t n, BlockQ8* out);
-// sum_i row[i] * x[i] with x given as quantize_activations_q8's blocks: exact integer block sums,
-// scaled and summed in fp32. The error is the activations' rounding, at most sum_b d_b / 2 *
-// sum_{i in b} |row[i]|: on zero-mean Gaussian data ~5.3e-3 of the dots' rms (quant_test), but on
-// SmolLM2's real activations (outlier channels, cancelling dots) the logits move by 0.7-13% relative
-// L2 against the float64 oracle, past the spec's 2e-2: prefer q16 below.
-// Throws where !has_q8_dot(dtype) or on a partial block.
-float dot_row_q8(DType dtype, const void* row, const BlockQ8* xq, int64_t n);
-float dot_row_q8(CpuIsa isa, DType dtype, const void* row, const BlockQ8* xq, int64_t n);
-void quantize_activations_q8(CpuIsa isa, const float* x, int64_t n, BlockQ8* out);
+// Values per activation block of the fast mode below (as in Q8_0, Q4_0 and Q4_1 weights).
+constexpr int kActivationBlockValues = 32;
 
-// Accurate fast mode: the same scheme with 16-bit activations (d = max|x| / 32767) and pmaddwd
-// (i16 x i16) dots: rounding 258x finer than q8 (~2e-5 of the dots' rms on Gaussian data; SmolLM2's
-// logits within 7e-4 relative L2 of the oracle) at ~0.9x q8's GB/s (bench/RESULTS.md).
+// Fast mode: activations quantized once per instruction to 16-bit blocks of 32 (d = max|x| / 32767),
+// then pmaddwd (i16 x i16) integer dots against the weights' own integers: ~2e-5 of the dots' rms on
+// Gaussian data; SmolLM2's logits within 7e-4 relative L2 of the oracle. (An 8-bit variant, as llama.cpp's
+// q8 dots, was ~1.1x faster but moved SmolLM2's logits by 0.7-13%; it was removed, its figures are in
+// bench/RESULTS.md.)
 struct BlockQ16 {
     float d;        // x[i] ~= q[i] * d
     float sum;      // d * sum(q)

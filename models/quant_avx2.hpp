@@ -61,7 +61,7 @@ MK_AVX2 inline __m256i unpack_nibbles(const uint8_t* p) {
 
 MK_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// [x.d, x.sum, 0, 0]: an activation block's two scales, adjacent at the start of BlockQ8 and BlockQ16.
+// [x.d, x.sum, 0, 0]: an activation block's two scales, adjacent at the start of BlockQ16.
 template <typename X>
 MK_AVX2 inline __m128 act_scales(const X& x) {
     return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x.d)));
@@ -93,11 +93,11 @@ MK_AVX2 inline __m128 scales_d_m(const uint8_t* w, const X& x) {
     return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dm))), act_scales(x));
 }
 
-// The integer-dot driver (q8 and q16 modes). Each format's step K::step adds one 32-value block's
+// The integer-dot driver (the q16 mode). Each format's step K::step adds one 32-value block's
 // dot to `acc` (lanes) and, for formats with an offset term, the block's offset to lane 1 of
 // `offset` (scaled by K::kOffsetScale at the end). Two pairs of accumulators alternate so a block
-// need not wait on the previous block's FMA latency: q8 Q4_1 19.2 -> 21.6 GB/s, Q8_0 32 -> 35
-// (mk_dot_bench --formats Q4_1,Q8_0 --cols 576, 3072 rows, cache-hot).
+// need not wait on the previous block's FMA latency: Q4_1 19.2 -> 21.6 GB/s, Q8_0 32 -> 35 (in the
+// since-removed q8 mode; mk_dot_bench --formats Q4_1,Q8_0 --cols 576, 3072 rows, cache-hot).
 template <typename K, typename X>
 MK_AVX2 inline float dot_blocks(const uint8_t* row, const X* xq, int64_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;

@@ -42,7 +42,6 @@ Tables build_tables() {
     Tables t;
     CpuKernels& scalar = t.kernels[int(CpuIsa::Scalar)];
     quant::add_scalar_dots(scalar);
-    quant::add_scalar_q8(scalar);
     quant::add_scalar_q16(scalar);
     CpuKernels& avx2 = t.kernels[int(CpuIsa::Avx2)];
     avx2 = scalar;
@@ -50,7 +49,6 @@ Tables build_tables() {
     if (t.has_avx2) {
         quant::add_avx2_dots(avx2);
         quant::add_avx2_k_dots(avx2);
-        quant::add_avx2_q8(avx2);
         quant::add_avx2_q16(avx2);
     }
     const char* env = std::getenv("MK_CPU_ISA");
@@ -87,7 +85,7 @@ const CpuKernels& kernels(CpuIsa isa) {
 }
 
 // Blocks are 1, 32 or 256 values, so a partial block is a mask test, not a division: dot_row runs
-// once per weight row, ~16 ns of work for a 576-value Q4_1 row in q8 mode. Trimming this path (one
+// once per weight row, ~16 ns of work for a 576-value Q4_1 row in the (since removed) q8 mode. Trimming this path (one
 // table lookup, no second guard check) took that row from 20.9 to 22.7 GB/s (mk_dot_bench).
 constexpr int64_t block_mask(DType dtype) {
     switch (dtype) {
@@ -105,7 +103,7 @@ constexpr int64_t block_mask(DType dtype) {
 
 [[noreturn]] void bad_row(DType dtype, int64_t n, const char* what) {
     row_bytes(dtype, n);  // throws for an unknown type or a partial block
-    fail("{}: no kernel for {} rows (check has_q8_dot / has_q16_dot first)", what, dtype_name(dtype));
+    fail("{}: no kernel for {} rows (check has_q16_dot first)", what, dtype_name(dtype));
 }
 
 float dot_with(const CpuKernels& k, DType dtype, const void* row, const float* x, int64_t n) {
@@ -114,14 +112,6 @@ float dot_with(const CpuKernels& k, DType dtype, const void* row, const float* x
     if (!f || n < 0 || (n & block_mask(dtype))) [[unlikely]]
         bad_row(dtype, n, "dot_row");
     return f(static_cast<const uint8_t*>(row), x, n);
-}
-
-float dot_q8_with(const CpuKernels& k, DType dtype, const void* row, const BlockQ8* xq, int64_t n) {
-    const uint32_t s = quant::slot(dtype);
-    quant::DotQ8Fn f = s < quant::kDTypeSlots ? k.dot_q8[s] : nullptr;
-    if (!f || n < 0 || (n & block_mask(dtype))) [[unlikely]]
-        bad_row(dtype, n, "dot_row_q8");
-    return f(static_cast<const uint8_t*>(row), xq, n);
 }
 
 float dot_q16_with(const CpuKernels& k, DType dtype, const void* row, const BlockQ16* xq, int64_t n) {
@@ -152,29 +142,6 @@ float dot_row(DType dtype, const void* row, const float* x, int64_t n) {
 
 float dot_row(CpuIsa isa, DType dtype, const void* row, const float* x, int64_t n) {
     return dot_with(kernels(isa), dtype, row, x, n);
-}
-
-bool has_q8_dot(DType dtype) {
-    const uint32_t s = quant::slot(dtype);
-    return s < quant::kDTypeSlots && tables().kernels[0].dot_q8[s] != nullptr;
-}
-
-float dot_row_q8(DType dtype, const void* row, const BlockQ8* xq, int64_t n) {
-    return dot_q8_with(active_kernels(), dtype, row, xq, n);
-}
-
-float dot_row_q8(CpuIsa isa, DType dtype, const void* row, const BlockQ8* xq, int64_t n) {
-    return dot_q8_with(kernels(isa), dtype, row, xq, n);
-}
-
-void quantize_activations_q8(CpuIsa isa, const float* x, int64_t n, BlockQ8* out) {
-    check_activations(n, "quantize_activations_q8");
-    kernels(isa).quantize_q8(x, n, out);
-}
-
-void quantize_activations_q8(const float* x, int64_t n, BlockQ8* out) {
-    check_activations(n, "quantize_activations_q8");
-    active_kernels().quantize_q8(x, n, out);
 }
 
 bool has_q16_dot(DType dtype) {

@@ -1,4 +1,4 @@
-// Portable integer-activation kernels shared by the q8 and q16 fast modes (quant_q8.cpp, quant_q16.cpp):
+// Portable integer-activation kernels of the q16 fast mode (quant_q16.cpp), templated on the activation block:
 // one template over the activation block type, whose only difference is the integer width and range.
 #pragma once
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Internal to quant*.cpp: the per-ISA tables of row kernels that dot_row, dot_row_q8 and
-// quantize_activations_q8 dispatch through (quant_dispatch.cpp), indexed by GGML type id.
+// Internal to quant*.cpp: the per-ISA tables of row kernels that dot_row, dot_row_q16 and
+// quantize_activations_q16 dispatch through (quant_dispatch.cpp), indexed by GGML type id.
 #pragma once
 #include <cstdint>
 
@@ -9,8 +9,6 @@ namespace mk::quant {
 
 // Kernels take a validated n (a whole number of blocks, n >= 0); they never throw.
 using DotFn = float (*)(const uint8_t* row, const float* x, int64_t n);
-using DotQ8Fn = float (*)(const uint8_t* row, const BlockQ8* xq, int64_t n);
-using QuantizeQ8Fn = void (*)(const float* x, int64_t n, BlockQ8* out);
 using DotQ16Fn = float (*)(const uint8_t* row, const BlockQ16* xq, int64_t n);
 using QuantizeQ16Fn = void (*)(const float* x, int64_t n, BlockQ16* out);
 
@@ -18,8 +16,6 @@ constexpr uint32_t kDTypeSlots = 31;  // GGML type ids 0..30; BF16 (30) is the l
 
 struct CpuKernels {
     DotFn dot[kDTypeSlots] = {};       // null: a type mk does not support
-    DotQ8Fn dot_q8[kDTypeSlots] = {};  // null: no integer dot for this type
-    QuantizeQ8Fn quantize_q8 = nullptr;
     DotQ16Fn dot_q16[kDTypeSlots] = {};  // null: no 16-bit activation dot for this type
     QuantizeQ16Fn quantize_q16 = nullptr;
 };
@@ -28,10 +24,8 @@ inline uint32_t slot(DType dtype) { return uint32_t(dtype); }
 
 // Each fills its entries; the AVX2 table starts as a copy of the scalar one and overrides.
 void add_scalar_dots(CpuKernels& k);  // quant.cpp
-void add_scalar_q8(CpuKernels& k);    // quant_q8.cpp
 void add_avx2_dots(CpuKernels& k);    // quant_avx2.cpp: F32, F16, BF16, Q8_0, Q4_0, Q4_1
 void add_avx2_k_dots(CpuKernels& k);  // quant_avx2_k.cpp: Q4_K, Q6_K
-void add_avx2_q8(CpuKernels& k);      // quant_avx2_q8.cpp
 void add_scalar_q16(CpuKernels& k);   // quant_q16.cpp
 void add_avx2_q16(CpuKernels& k);     // quant_avx2_q16.cpp
 

@@ -40,11 +40,11 @@ inline void rope_pair(float& a, float& b, int32_t pos, float inv_freq) {
 class RowDots {
 public:
     RowDots(const OpContext& ctx, const float* x, uint32_t n)
-        : x_(x), n_(n), q16_(ctx.dots == CpuDots::q16 && n % kQ8BlockValues == 0) {}
+        : x_(x), n_(n), q16_(ctx.dots == CpuDots::q16 && n % kActivationBlockValues == 0) {}
     float dot(DType dtype, const uint8_t* row) {
         if (!q16_ || !has_q16_dot(dtype)) return dot_row(dtype, row, x_, n_);
         if (!quantized_) {
-            blocks().resize(n_ / kQ8BlockValues);
+            blocks().resize(n_ / kActivationBlockValues);
             quantize_activations_q16(x_, n_, blocks().data());
             quantized_ = true;
         }

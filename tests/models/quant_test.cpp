@@ -1,6 +1,6 @@
 // Block formats: hand-built blocks of every format against hand-worked values, dot_row against a
 // float64 reference, quantize -> dequantize error bounds, f16/bf16 conversion edge cases, and the CPU
-// kernels (every ISA present, exact and q8 modes) against the scalar kernels and float64.
+// kernels (every ISA present, exact and q16 modes) against the scalar kernels and float64.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -348,17 +348,9 @@ TEST_CASE("quant: every ISA's exact dot matches the scalar dot and float64", "[c
     }
 }
 
-// The two integer-dot modes, for tests that run on both. Limits: the rms and max error the
-// zero-mean test below allows (measured over 2000 rows, 576 and 1536 columns, every format: q8 rms
-// 5.2e-3 to 5.5e-3 of the dots' rms and max 4.7e-3 to 6.4e-3 of max |dot|; q16 ~2e-5 for both).
-struct Q8Mode {
-    using Block = mk::BlockQ8;
-    static constexpr int kLevels = 127;
-    static constexpr double kRmsLimit = 8e-3, kMaxLimit = 1e-2;
-    static bool has(DType d) { return mk::has_q8_dot(d); }
-    static void quantize(mk::CpuIsa isa, const float* x, int64_t n, Block* out) { mk::quantize_activations_q8(isa, x, n, out); }
-    static float dot(mk::CpuIsa isa, DType d, const void* row, const Block* xq, int64_t n) { return mk::dot_row_q8(isa, d, row, xq, n); }
-};
+// The integer-dot mode (q16). Limits: the rms and max error the zero-mean test below allows (measured
+// over 2000 rows, 576 and 1536 columns, every format: ~2e-5 for both; the removed q8 mode measured rms
+// 5.2e-3 to 5.5e-3 of the dots' rms and max 4.7e-3 to 6.4e-3 of max |dot|).
 struct Q16Mode {
     using Block = mk::BlockQ16;
     static constexpr int kLevels = 32767;
@@ -368,7 +360,7 @@ struct Q16Mode {
     static float dot(mk::CpuIsa isa, DType d, const void* row, const Block* xq, int64_t n) { return mk::dot_row_q16(isa, d, row, xq, n); }
 };
 
-TEMPLATE_TEST_CASE("quant: integer-dot activations are identical on every ISA and within d / 2", "[cpu]", Q8Mode, Q16Mode) {
+TEMPLATE_TEST_CASE("quant: integer-dot activations are identical on every ISA and within d / 2", "[cpu]", Q16Mode) {
     using Block = typename TestType::Block;
     const int64_t n = 33 * 32;
     auto x = random_values(size_t(n), -3, 2, 31);
@@ -398,10 +390,10 @@ TEMPLATE_TEST_CASE("quant: integer-dot activations are identical on every ISA an
     CHECK_THROWS_WITH(TestType::quantize(mk::cpu_isa(), x.data(), 33, scalar.data()), Contains("not a whole number"));
     CHECK_FALSE(TestType::has(DType::F16));
     CHECK(TestType::has(DType::Q4_1));
-    CHECK_THROWS_WITH(TestType::dot(mk::cpu_isa(), DType::BF16, x.data(), scalar.data(), 32), Contains("check has_q8_dot"));
+    CHECK_THROWS_WITH(TestType::dot(mk::cpu_isa(), DType::BF16, x.data(), scalar.data(), 32), Contains("check has_q16_dot"));
 }
 
-TEMPLATE_TEST_CASE("quant: integer dots are exact on the quantized activations and within the rounding bound", "[cpu]", Q8Mode, Q16Mode) {
+TEMPLATE_TEST_CASE("quant: integer dots are exact on the quantized activations and within the rounding bound", "[cpu]", Q16Mode) {
     for (DType dtype : kAllDTypes) {
         if (!TestType::has(dtype)) continue;
         for (int64_t n : test_lengths(dtype)) {
@@ -434,7 +426,7 @@ TEMPLATE_TEST_CASE("quant: integer dots are exact on the quantized activations a
     }
 }
 
-TEMPLATE_TEST_CASE("quant: integer dots' error on zero-mean random data, as logits see it", "[cpu]", Q8Mode, Q16Mode) {
+TEMPLATE_TEST_CASE("quant: integer dots' error on zero-mean random data, as logits see it", "[cpu]", Q16Mode) {
     const int64_t n = 1536, n_rows = 300;
     std::mt19937 rng(41);
     std::normal_distribution<float> normal(0, 1);
@@ -462,7 +454,7 @@ TEMPLATE_TEST_CASE("quant: integer dots' error on zero-mean random data, as logi
 
 TEST_CASE("quant: integer dots do not overflow on extreme Q8_0 weights", "[cpu]") {
     // q = -128 (which mk's quantizer never writes but other files may) against full-scale activations:
-    // q8's maddubs pair sums reach 2 * 128 * 127 = 32512, just inside int16.
+    // pmaddwd's pair sums of 128 * 32767 stay far inside int32.
     const int64_t n = 64;
     std::vector<uint8_t> row(mk::row_bytes(DType::Q8_0, n));
     for (int b = 0; b < 2; ++b) {
@@ -471,14 +463,11 @@ TEST_CASE("quant: integer dots do not overflow on extreme Q8_0 weights", "[cpu]"
     }
     std::vector<float> x(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) x[size_t(i)] = i % 3 ? -1.0f : 1.0f;
-    std::vector<mk::BlockQ8> xq8(2);
     std::vector<mk::BlockQ16> xq16(2);
-    mk::quantize_activations_q8(x.data(), n, xq8.data());
     mk::quantize_activations_q16(x.data(), n, xq16.data());
-    const double reference = dot64(dequantize(DType::Q8_0, row, n), x.data());  // x is exact in q8 and q16
+    const double reference = dot64(dequantize(DType::Q8_0, row, n), x.data());  // x is exact in q16
     for (mk::CpuIsa isa : present_isas()) {
         INFO(mk::cpu_isa_name(isa));
-        CHECK(mk::dot_row_q8(isa, DType::Q8_0, row.data(), xq8.data(), n) == Approx(reference).epsilon(1e-6));
         CHECK(mk::dot_row_q16(isa, DType::Q8_0, row.data(), xq16.data(), n) == Approx(reference).epsilon(1e-6));
         CHECK(mk::dot_row(isa, DType::Q8_0, row.data(), x.data(), n) == Approx(reference).epsilon(1e-6));
     }

@@ -8,6 +8,7 @@
 #include "models/gguf.hpp"
 #include "models/gguf_writer.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 using Catch::Matchers::Contains;
 
@@ -67,10 +68,7 @@ mk::ModelConfig config_of(const mk::GgufWriter& w) {
 
 TEST_CASE("config from the real SmolLM2 GGUF", "[cpu][model]") {
     auto path = mk::test::default_model_path();
-    if (!std::filesystem::exists(path)) {
-        WARN("skipped: " << path << " is missing (run tools/setup.sh)");
-        return;
-    }
+    MK_SKIP_IF_MISSING(path, "./tools/setup.sh");
     mk::ModelConfig c = mk::config_from_gguf(mk::GgufFile::open(path));
     INFO(mk::describe(c));
     CHECK(c.arch == mk::Arch::llama);

@@ -11,6 +11,7 @@
 #include "models/gguf_writer.hpp"
 #include "models/quant.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
@@ -353,10 +354,7 @@ TEST_CASE("gguf: random byte mutations give a file or an mk::Error, never a cras
 
 TEST_CASE("gguf: the default SmolLM2 model", "[model]") {
     auto path = mk::test::default_model_path();
-    if (!std::filesystem::exists(path)) {
-        WARN("skipped: " << path << " is missing (run tools/setup.sh)");
-        return;
-    }
+    MK_SKIP_IF_MISSING(path, "./tools/setup.sh");
     GgufFile f = GgufFile::open(path);
     CHECK(f.tensors().size() == 272);
     CHECK(f.get_u64("llama.block_count") == 30);

@@ -16,6 +16,7 @@
 #include "models/quant.hpp"
 #include "models/synthetic.hpp"
 #include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
 
 using Catch::Matchers::Contains;
 
@@ -86,10 +87,7 @@ std::vector<double> matvec(const std::vector<float>& w, const std::vector<float>
 
 TEST_CASE("load the real SmolLM2 GGUF", "[cpu][model]") {
     auto path = mk::test::default_model_path();
-    if (!std::filesystem::exists(path)) {
-        WARN("skipped: " << path << " is missing (run tools/setup.sh)");
-        return;
-    }
+    MK_SKIP_IF_MISSING(path, "./tools/setup.sh");
     mk::Model m = mk::load_model(path);
     CHECK(m.format == mk::ModelFormat::gguf);
     CHECK(m.layers.size() == 30);

@@ -4,9 +4,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(MK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mk)
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/mk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/mk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # mk::mk is the API; the layer libraries come along because static archives need their dependencies.
-set(mk_installed_libraries mk_api mk_cuda_emu mk_emu mk_runtime mk_scheduler mk_instructions mk_models mk_flags mk_pcre2)
+set(mk_installed_libraries mk_api mk_backend mk_cuda_host mk_cuda_emu mk_emu mk_runtime mk_scheduler mk_instructions mk_models mk_flags
+                           mk_fmt mk_pcre2)
 if(MK_HAVE_CUDA)
   list(APPEND mk_installed_libraries mk_cuda)  # the CUDA backends; consumers need the CUDA toolkit's cudart_static
 endif()

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <string>
 
-#include "mk/error.hpp"  // the class itself lives in the public API headers
+#include "mk/error.hpp"  // the class itself is public (include/mk/), below every layer
 
 namespace mk {
 

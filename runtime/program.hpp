@@ -1,6 +1,7 @@
 // A Program: one schedule bound to one model's weights on one backend, with its own activation
 // arena and KV cache. step() runs one decode step (the same instructions for prompt and generation).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -14,9 +15,16 @@
 
 namespace mk {
 
+// KV-cache positions when none are asked for: the model's context, at most 4096 (SmolLM2's fp32 cache at
+// 4096 positions is 4096 x 30 layers x 2 x 192 x 4 B = 189 MB; its own 8192 would double that).
+inline constexpr uint32_t kDefaultMaxCtxLen = 4096;
+inline uint32_t default_ctx_len(uint32_t asked, const ModelConfig& config) {
+    return asked ? asked : uint32_t(std::min<int64_t>(config.context_length, kDefaultMaxCtxLen));
+}
+
 struct ProgramOptions {
     uint32_t n_threads = 0;     // CPU worker threads; 0: one per core
-    uint32_t ctx_len = 0;       // KV-cache positions; 0: min(model context, 4096)
+    uint32_t ctx_len = 0;       // KV-cache positions; 0: default_ctx_len
     bool check_pages = false;   // CPU: stage weights through per-SM pages and check the accounting
     bool detect_races = false;  // CPU: vector-clock race detector
     CpuDots dots = CpuDots::exact;  // CPU: the matvec ops' dots (exact fp32, or q16 activations: faster)

@@ -3,12 +3,13 @@
 #include <vector>
 
 #include "models/model.hpp"
-#include "models/synthetic.hpp"
 #include "scheduler/assign.hpp"
 #include "scheduler/schedule.hpp"
 #include "scheduler/tensor_parallel.hpp"
 
 namespace mk {
+
+struct SyntheticSpec;  // models/synthetic.hpp: only synthetic_weight_formats needs it
 
 ModelDims model_dims(const ModelConfig& config);
 // The model's tensor behind each weight id (absent optional weights are views with data == nullptr).

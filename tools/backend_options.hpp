@@ -1,10 +1,9 @@
 // The options every running command shares (backend, target, policy, schedule file, threads,
-// context) as CLI flags; runtime/api/backend.hpp turns them into a Program.
+// context) as CLI flags, filling the public API's BackendOptions.
 #pragma once
 #include <CLI/CLI.hpp>
 
 #include "mk/options.hpp"
-#include "runtime/api/backend.hpp"
 
 namespace mk::tools {
 

@@ -4,11 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "mk/mk.hpp"
 #include "models/error.hpp"
-#include "runtime/program.hpp"
-#include "runtime/api/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
 
@@ -39,22 +39,18 @@ struct BenchResult {
     }
 };
 
-// Tokens/s of `n` steps from position 0, greedy. A backend that runs the generation loop on its device
-// (the resident CUDA kernel) gets them as one command, as mk generate does: tgN generates n tokens from
-// a one-token prompt, ppN feeds an n-token prompt. Otherwise one step() each, on a fixed pseudo-random
-// token stream.
-double time_steps(Program& program, int32_t n, int32_t vocab, bool prompt) {
-    program.reset();
+// Tokens/s of `n` steps from position 0, greedy, as one generation through the API, so a backend that
+// runs the generation loop on its device (the resident CUDA kernel) gets it as one command: tgN generates
+// n tokens from a one-token prompt, ppN feeds an n-token prompt (a fixed pseudo-random token stream).
+double time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) {
+    std::vector<int32_t> tokens(size_t(prompt ? n : 1));
+    for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = int32_t((1 + int64_t(p) * 7919) % vocab);
+    api::GenerateOptions options;
+    options.max_tokens = prompt ? 1 : n;
+    options.stop_at_end = false;
     const auto t0 = std::chrono::steady_clock::now();
-    int32_t steps = n;
-    if (program.runs_generation(SamplingParams{}, 0)) {
-        std::vector<int32_t> tokens(size_t(prompt ? n : 1));
-        for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = int32_t((1 + int64_t(p) * 7919) % vocab);
-        steps = int32_t(program.run_generation(tokens, prompt ? 1u : uint32_t(n), {}, {}, nullptr).n_steps);
-    } else {
-        int32_t token = 1;
-        for (int32_t p = 0; p < n; ++p) token = program.step(p == 0 ? 1 : (token + p * 7919) % vocab, p, {}, {});
-    }
+    const api::GenerateResult r = session.generate(std::span<const int32_t>(tokens), options);
+    const int32_t steps = r.n_prompt + r.n_eval_steps;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return steps / s;
 }
@@ -71,51 +67,52 @@ void register_bench(CLI::App& app) {
     cmd->add_option("-o,--output", o->output, "md | json | csv")->check(CLI::IsMember({"md", "json", "csv"}));
     add_backend_options(cmd, o->backend);
     cmd->callback([o] {
-        Model model = open_model(o->model);
+        const api::Model model = api::Model::load(o->model);
+        const api::ModelInfo info = model.info();
         BackendOptions backend = o->backend;
         if (!backend.ctx_len) backend.ctx_len = uint32_t(std::max(o->n_prompt, o->n_gen) + 1);
-        auto program = make_program(model, backend);
-        const int32_t vocab = int32_t(model.config.vocab_size);
-        uint64_t n_params = 0;
-        for (const TensorView* t : model.weights()) n_params += uint64_t(t->n_elements());
+        api::Session session = model.new_session(backend);
+        const int32_t vocab = int32_t(info.vocab_size);
 
         std::vector<BenchResult> results;
         if (o->n_prompt) results.push_back({fmt::format("pp{}", o->n_prompt), o->n_prompt, {}});
         if (o->n_gen) results.push_back({fmt::format("tg{}", o->n_gen), o->n_gen, {}});
         if (results.empty()) fail("nothing to measure: both -p and -n are 0");
-        time_steps(*program, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab, false);  // warm-up
+        time_steps(session, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab, false);  // warm-up
         for (BenchResult& r : results) {
             for (int32_t i = 0; i < o->reps; ++i) {
                 fmt::print(stderr, "\rmk bench: {} repetition {}/{} ...   ", r.test, i + 1, o->reps);
-                r.tokens_per_s.push_back(time_steps(*program, r.n_tokens, vocab, r.test[0] == 'p'));
+                r.tokens_per_s.push_back(time_steps(session, r.n_tokens, vocab, r.test[0] == 'p'));
             }
         }
         fmt::print(stderr, "\r{:60}\r", "");
 
-        const double gb_per_token = model.per_token_weight_bytes / 1e9;
-        const std::string name = model.config.name.empty() ? model.path.filename().string() : model.config.name;
-        const std::string backend_label = fmt::format("{} ({} SMs)", program->backend_name(), program->schedule().streams.size());
+        const double gb_per_token = info.weight_bytes_per_token / 1e9;
+        const std::string name = info.name.empty() ? std::filesystem::path(info.path).filename().string() : info.name;
+        const std::string backend_name = session.backend();
+        const uint32_t n_sms = session.schedule().info().n_sms, n_threads = session.n_threads();
+        const std::string backend_label = fmt::format("{} ({} SMs)", backend_name, n_sms);
         if (o->output == "json") {
             nlohmann::json rows = nlohmann::json::array();
             for (const BenchResult& r : results)
-                rows.push_back({{"model", name}, {"size_bytes", model.total_weight_bytes}, {"params", n_params},
-                                {"backend", program->backend_name()}, {"sms", program->schedule().streams.size()},
-                                {"threads", program->n_threads()}, {"test", r.test}, {"n_tokens", r.n_tokens},
+                rows.push_back({{"model", name}, {"size_bytes", info.weight_bytes}, {"params", info.n_params},
+                                {"backend", backend_name}, {"sms", n_sms},
+                                {"threads", n_threads}, {"test", r.test}, {"n_tokens", r.n_tokens},
                                 {"tokens_per_s", r.mean()}, {"tokens_per_s_sd", r.sd()}, {"samples", r.tokens_per_s},
                                 {"weight_gb_per_s", r.mean() * gb_per_token}});
             fmt::print("{}\n", rows.dump(2));
         } else if (o->output == "csv") {
             fmt::print("model,size_bytes,params,backend,sms,threads,test,tokens_per_s,tokens_per_s_sd,weight_gb_per_s\n");
             for (const BenchResult& r : results)
-                fmt::print("\"{}\",{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", name, model.total_weight_bytes, n_params,
-                           program->backend_name(), program->schedule().streams.size(), program->n_threads(), r.test,
+                fmt::print("\"{}\",{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", name, info.weight_bytes, info.n_params,
+                           backend_name, n_sms, n_threads, r.test,
                            r.mean(), r.sd(), r.mean() * gb_per_token);
         } else {
             fmt::print("| model | size | params | backend | threads | test | t/s | GB/s |\n");
             fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
             for (const BenchResult& r : results)
                 fmt::print("| {} | {:.1f} MiB | {:.1f} M | {} | {} | {} | {:.2f} ± {:.2f} | {:.2f} |\n", name,
-                           model.total_weight_bytes / 1048576.0, n_params / 1e6, backend_label, program->n_threads(),
+                           info.weight_bytes / 1048576.0, info.n_params / 1e6, backend_label, n_threads,
                            r.test, r.mean(), r.sd(), r.mean() * gb_per_token);
         }
     });

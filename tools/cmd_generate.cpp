@@ -9,10 +9,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "models/chat_template.hpp"
+#include "mk/mk.hpp"
 #include "models/error.hpp"
-#include "runtime/engine.hpp"
-#include "runtime/api/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
 
@@ -26,58 +24,51 @@ extern "C" void on_sigint(int) { g_interrupted.store(true); }
 struct GenerateCli {
     std::string model, prompt, system;
     int32_t n_predict = 128;
-    SamplingParams sampling;
+    api::SamplingOptions sampling;
     bool chat = false, json = false, ignore_eos = false;
     BackendOptions backend;
 };
 
-std::vector<int32_t> prompt_tokens(const Model& model, const GenerateCli& o) {
+// The prompt text as given (the API wraps it in the chat template); CLI-level checks only.
+std::string prompt_text(const GenerateCli& o) {
     std::string text = o.prompt;
     if (text == "-") text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    if (o.chat) {
-        if (model.chat_template.empty()) fail("{}: --chat: the model has no chat template", model.path.string());
-        ChatTemplate tmpl = ChatTemplate::parse(model.chat_template);
-        std::vector<ChatMessage> messages;
-        if (!o.system.empty()) messages.push_back({"system", o.system});
-        messages.push_back({"user", text});
-        text = tmpl.render(messages, true);
-    } else if (!o.system.empty()) {
-        fail("--system needs --chat");
-    }
+    if (!o.chat && !o.system.empty()) fail("--system needs --chat");
     if (text.empty()) fail("the prompt is empty (-p TEXT, or -p - to read standard input)");
-    return model.tokenizer.encode(text, true);
+    return text;
 }
 
-void print_summary(const GenerateStats& s, double load_ms, double total_ms, const Model& model, const Program& program,
-                   bool json) {
-    const double bytes = double(model.per_token_weight_bytes);
+void print_summary(const api::GenerateResult& r, bool interrupted, double load_ms, double total_ms,
+                   const api::ModelInfo& model, const api::Session& session, bool json) {
+    const double bytes = double(model.weight_bytes_per_token);
     auto per = [](double ms, int n) { return n ? ms / n : 0.0; };
     auto rate = [](double ms, int n) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
-    const double eval_per_token = per(s.eval_ms, s.n_eval_steps);
+    const double eval_per_token = per(r.eval_ms, r.n_eval_steps);
     const double gbs = eval_per_token > 0 ? bytes / (eval_per_token * 1e6) : 0.0;
+    const api::ScheduleInfo schedule = session.schedule().info();
+    const int n_generated = int(r.tokens.size());
     if (json) {
-        nlohmann::json j = {{"backend", program.backend_name()}, {"threads", program.n_threads()},
-                            {"sms", program.schedule().streams.size()}, {"tp", program.schedule().tp_size},
+        nlohmann::json j = {{"backend", session.backend()}, {"threads", session.n_threads()},
+                            {"sms", schedule.n_sms}, {"tp", schedule.tp},
                             {"load_ms", load_ms},
-                            {"prompt_tokens", s.n_prompt}, {"prompt_ms", s.prompt_ms},
-                            {"prompt_tokens_per_s", rate(s.prompt_ms, s.n_prompt)}, {"generated_tokens", s.n_generated},
-                            {"eval_steps", s.n_eval_steps}, {"eval_ms", s.eval_ms},
-                            {"eval_tokens_per_s", rate(s.eval_ms, s.n_eval_steps)}, {"total_ms", total_ms},
-                            {"weight_bytes_per_token", model.per_token_weight_bytes}, {"weight_gb_per_s", gbs},
-                            {"stopped_at_eog", s.stopped_at_eog}, {"cancelled", s.cancelled}, {"tokens", s.tokens}};
+                            {"prompt_tokens", r.n_prompt}, {"prompt_ms", r.prompt_ms},
+                            {"prompt_tokens_per_s", rate(r.prompt_ms, r.n_prompt)}, {"generated_tokens", n_generated},
+                            {"eval_steps", r.n_eval_steps}, {"eval_ms", r.eval_ms},
+                            {"eval_tokens_per_s", rate(r.eval_ms, r.n_eval_steps)}, {"total_ms", total_ms},
+                            {"weight_bytes_per_token", model.weight_bytes_per_token}, {"weight_gb_per_s", gbs},
+                            {"stopped_at_eog", r.stopped_at_end}, {"cancelled", interrupted}, {"tokens", r.tokens}};
         fmt::print(stderr, "{}\n", j.dump());
         return;
     }
-    const Schedule& schedule = program.schedule();
-    const std::string ranks = schedule.tp_size > 1 ? fmt::format(" in {} tensor-parallel ranks", schedule.tp_size) : "";
-    fmt::print(stderr, "\n\nmk: backend {} ({} virtual SMs{} on {} threads){}\n", program.backend_name(),
-               schedule.streams.size(), ranks, program.n_threads(), s.cancelled ? ", interrupted" : "");
+    const std::string ranks = schedule.tp > 1 ? fmt::format(" in {} tensor-parallel ranks", schedule.tp) : "";
+    fmt::print(stderr, "\n\nmk: backend {} ({} virtual SMs{} on {} threads){}\n", session.backend(), schedule.n_sms,
+               ranks, session.n_threads(), interrupted ? ", interrupted" : "");
     fmt::print(stderr, "mk: load time        = {:10.2f} ms\n", load_ms);
     fmt::print(stderr, "mk: prompt eval time = {:10.2f} ms / {:5} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-               s.prompt_ms, s.n_prompt, per(s.prompt_ms, s.n_prompt), rate(s.prompt_ms, s.n_prompt));
+               r.prompt_ms, r.n_prompt, per(r.prompt_ms, r.n_prompt), rate(r.prompt_ms, r.n_prompt));
     fmt::print(stderr, "mk:        eval time = {:10.2f} ms / {:5} runs   ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-               s.eval_ms, s.n_eval_steps, eval_per_token, rate(s.eval_ms, s.n_eval_steps));
-    fmt::print(stderr, "mk:       total time = {:10.2f} ms / {:5} tokens\n", total_ms, s.n_prompt + s.n_generated);
+               r.eval_ms, r.n_eval_steps, eval_per_token, rate(r.eval_ms, r.n_eval_steps));
+    fmt::print(stderr, "mk:       total time = {:10.2f} ms / {:5} tokens\n", total_ms, r.n_prompt + n_generated);
     fmt::print(stderr, "mk: weight bandwidth = {:10.2f} GB/s ({:.1f} MB read per token)\n", gbs, bytes / 1e6);
 }
 
@@ -103,29 +94,31 @@ void register_generate(CLI::App& app) {
     add_backend_options(cmd, o->backend);
     cmd->callback([o] {
         const auto t_start = std::chrono::steady_clock::now();
-        Model model = open_model(o->model);
-        Engine engine(model, make_program(model, o->backend));
-        const std::vector<int32_t> prompt = prompt_tokens(model, *o);
+        const api::Model model = api::Model::load(o->model);
+        api::Session session = model.new_session(o->backend);
+        const std::string prompt = prompt_text(*o);
         const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
 
         g_interrupted.store(false);
         auto previous = std::signal(SIGINT, on_sigint);
-        GenerateOptions go;
-        go.n_predict = o->n_predict;
+        api::GenerateOptions go;
+        go.max_tokens = o->n_predict;
         go.sampling = o->sampling;
-        go.stop_at_eog = !o->ignore_eos;
-        go.cancel = &g_interrupted;
-        GenerateStats stats = engine.generate(prompt, go, [](std::string_view piece) {
+        go.stop_at_end = !o->ignore_eos;
+        go.chat = o->chat;
+        go.system = o->system;
+        // Ctrl-C stops the generation at the next piece of text (a handler may only set a flag).
+        const api::GenerateResult result = session.generate(prompt, go, [](std::string_view piece) {
             fmt::print("{}", piece);
             std::fflush(stdout);
-            return true;
+            return !g_interrupted.load();
         });
         std::signal(SIGINT, previous);
         if (stats.context_full)
             fmt::print(stderr, "\nmk: the context of {} tokens is full: generation stopped (raise -c for more)\n",
                        engine.program().ctx_len());
         const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
-        print_summary(stats, load_ms, total_ms, model, engine.program(), o->json);
+        print_summary(result, g_interrupted.load(), load_ms, total_ms, model.info(), session, o->json);
     });
 }
 

@@ -9,7 +9,7 @@
 #include "models/chat_template.hpp"
 #include "models/error.hpp"
 #include "models/quant.hpp"
-#include "runtime/api/model_source.hpp"
+#include "runtime/model_source.hpp"
 #include "scheduler/compile.hpp"
 #include "scheduler/tensor_parallel.hpp"
 #include "tools/commands.hpp"

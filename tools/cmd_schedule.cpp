@@ -11,7 +11,8 @@
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
 #include "scheduler/verify.hpp"
-#include "runtime/api/model_source.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/model_source.hpp"
 #include "tools/backend_options.hpp"
 #include "tools/commands.hpp"
 

@@ -1,5 +1,5 @@
 // mk synth: writes a synthetic model (random weights of a named shape) as GGUF or safetensors.
-#include <fmt/core.h>
+#include <fmt/format.h>  // fmt::join
 
 #include "models/model.hpp"
 #include "models/synthetic.hpp"

@@ -10,13 +10,13 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 
 echo "== build ($build)"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMK_WERROR=ON \
   -DMK_PYTHON="$cache/oracle-venv/bin/python" "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 
-echo "== no GPU driver needed: mk must not link libcuda"
-if ldd "$build/tools/mk" | grep -E 'libcuda\.so|libpcre2'; then
-  echo "run-tests: error: mk links libcuda or libpcre2 dynamically" >&2
+echo "== no GPU driver needed: mk must not link libcuda (nor libraries the GPU machine lacks)"
+if ldd "$build/tools/mk" | grep -E 'libcuda\.so|libpcre2|libfmt'; then
+  echo "run-tests: error: mk links libcuda, libpcre2 or libfmt dynamically" >&2
   exit 1
 fi
 

@@ -2,9 +2,9 @@
 #include "mk/model.hpp"
 
 #include "models/chat_template.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/api/impl.hpp"
-#include "runtime/api/model_source.hpp"
+#include "runtime/model_source.hpp"
 #include "scheduler/verify.hpp"
 
 namespace mk::api {
@@ -29,6 +29,7 @@ ModelInfo Model::info() const {
     info.context_length = m.config.context_length;
     info.weight_bytes = m.total_weight_bytes;
     info.weight_bytes_per_token = m.per_token_weight_bytes;
+    for (const TensorView* t : m.weights()) info.n_params += uint64_t(t->n_elements());
     info.has_chat_template = !m.chat_template.empty();
     return info;
 }

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "instructions/device.cuh"
+#include "instructions/device_types.hpp"
 #include "models/error.hpp"
 #include "runtime/cpu/interpreter.hpp"
 #include "runtime/model_weights.hpp"
@@ -48,7 +48,7 @@ public:
     CpuProgram(const Model& model, Schedule schedule, const ProgramOptions& options)
         : weights_(bind_weights(model, schedule)) {
         const ModelDims& d = schedule.dims;
-        ctx_len_ = options.ctx_len ? options.ctx_len : uint32_t(std::min<int64_t>(model.config.context_length, 4096));
+        ctx_len_ = default_ctx_len(options.ctx_len, model.config);
         if (int64_t(ctx_len_) > model.config.context_length)
             fail("{}: context {} exceeds the model's {}", model.path.string(), ctx_len_, model.config.context_length);
         const uint64_t cache_floats = uint64_t(d.n_layers) * d.kv_dim() * ctx_len_;

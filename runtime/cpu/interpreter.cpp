@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "models/error.hpp"
-#include "runtime/cpu/prepare.hpp"
+#include "runtime/prepare.hpp"
 #include "runtime/cpu/race_detector.hpp"
 #include "runtime/cpu/tile_readers.hpp"
 #include "runtime/stall_report.hpp"

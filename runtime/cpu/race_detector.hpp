@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu/prepare.hpp"
+#include "runtime/prepare.hpp"
 
 namespace mk {
 

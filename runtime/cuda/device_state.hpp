@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "instructions/device.cuh"
+#include "instructions/device_types.hpp"
 #include "instructions/op_context.hpp"
 #include "models/model.hpp"
 #include "runtime/cuda/upload_layout.hpp"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "instructions/device.cuh"
+#include "instructions/device_types.hpp"
 #include "runtime/cuda/control.hpp"
 
 namespace mk {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "instructions/device.cuh"
+#include "instructions/device_types.hpp"
 
 namespace mk {
 MK_CUDA_BACKEND_BEGIN

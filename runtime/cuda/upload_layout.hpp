@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "instructions/device.cuh"
-#include "runtime/cpu/prepare.hpp"
+#include "instructions/device_types.hpp"
+#include "runtime/prepare.hpp"
 #include "runtime/model_weights.hpp"
 
 namespace mk {
@@ -20,7 +20,7 @@ struct WeightBlob {
     static constexpr uint64_t kAbsent = ~uint64_t(0);
 };
 
-// Copies every bound weight into one blob, each at a 256-byte boundary. Throws mk::Error when a matrix's
+// Copies every bound weight into one blob, each at a kBufferAlignBytes (256-byte) boundary. Throws mk::Error when a matrix's
 // row stride is not a multiple of kDeviceRowAlign (compile the schedule with padded_row_formats).
 WeightBlob build_weight_blob(const std::vector<WeightRef>& refs);
 // The weight table with pointers into a copy of the blob at `base` (the device's, once uploaded).

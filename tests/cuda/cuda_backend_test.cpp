@@ -14,7 +14,7 @@
 #include "models/error.hpp"
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"

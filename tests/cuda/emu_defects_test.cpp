@@ -8,7 +8,7 @@
 
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 
 namespace mk {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 
 namespace mk {
 namespace {

@@ -14,7 +14,7 @@
 #include "instructions/registry.hpp"
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/cpu/tile_readers.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/op_kernels.hpp"

@@ -15,7 +15,7 @@
 
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/upload_layout.hpp"

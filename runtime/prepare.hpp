@@ -1,11 +1,13 @@
-// A schedule as the CPU interpreter runs it: validated against the program's memory once, with
-// each instruction's op, page plan and (for the race detector) memory accesses precomputed.
+// A schedule as a backend runs it: validated against the program's memory once, with each
+// instruction's op, page plan and (for the race detector) memory accesses precomputed. Shared by the
+// CPU interpreter and the CUDA upload (runtime/cuda/upload_layout.hpp), so both refuse the same schedules.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "instructions/registry.hpp"
-#include "runtime/cpu/interpreter.hpp"
+#include "runtime/program_memory.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace mk {
 

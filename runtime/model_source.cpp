@@ -1,5 +1,5 @@
 // Model argument resolution (see model_source.hpp).
-#include "runtime/api/model_source.hpp"
+#include "runtime/model_source.hpp"
 
 #include <fmt/core.h>
 #include <unistd.h>

@@ -23,6 +23,7 @@ struct ModelInfo {
     int64_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, context_length = 0;
     uint64_t weight_bytes = 0;            // every distinct weight tensor once
     uint64_t weight_bytes_per_token = 0;  // what one decode step reads
+    uint64_t n_params = 0;                // elements of every distinct weight tensor
     bool has_chat_template = false;
 };
 

@@ -9,7 +9,7 @@ namespace mk::api {
 // Where and how a session runs. The schedule is compiled for `target` (or --sms/--smem) unless
 // `schedule_file` names a .mks file, which is checked against the model and verified.
 struct BackendOptions {
-    std::string backend = "auto";         // cpu | cuda | cuda-kernels | auto (auto: cuda when a GPU is usable)
+    std::string backend = "auto";         // cpu | cuda | cuda-kernels | auto (auto: cpu until the CUDA backend is verified on a GPU)
     std::string target;                   // h200 | cpu; "" the CPU backend's own
     uint32_t sms = 0;                     // a custom target: SMs (with smem_bytes)
     uint64_t smem_bytes = 0;              // a custom target: shared memory per SM
@@ -19,7 +19,7 @@ struct BackendOptions {
     uint32_t ctx_len = 0;                 // KV-cache positions; 0 min(model context, 4096)
     bool check_pages = false;             // CPU: stage weights through per-SM pages, check the accounting
     bool detect_races = false;            // CPU: vector-clock race detector (slow)
-    std::string cpu_dots = "q16";         // CPU: q16 (activations as 16-bit blocks: ~1.8x faster) | exact (fp32)
+    std::string cpu_dots = "q16";         // CPU: q16 (activations as 16-bit blocks: 1.2-1.5x faster) | exact (fp32)
     bool stepwise = false;                // cuda: one launch per step instead of the resident kernel
     bool graph = false;                   // cuda-kernels: replay each step as a captured CUDA graph
     uint32_t watchdog_ms = 2000;          // cuda: a wait longer than this aborts the kernel with a fault report

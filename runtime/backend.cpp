@@ -1,5 +1,5 @@
 // Backend selection (see backend.hpp).
-#include "runtime/api/backend.hpp"
+#include "runtime/backend.hpp"
 
 #include "models/error.hpp"
 #include "runtime/cuda/upload_layout.hpp"

@@ -1,5 +1,5 @@
 // Validation and precomputation of a schedule for the CPU interpreter.
-#include "runtime/cpu/prepare.hpp"
+#include "runtime/prepare.hpp"
 
 #include <algorithm>
 

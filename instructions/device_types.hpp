@@ -1,0 +1,84 @@
+// The memory an op's device implementation sees, as plain structs the host fills and uploads: weights,
+// tiles, per-rank bases and the DeviceOpContext. Host code includes this (never device.cuh), so the
+// upload layout and the CPU backend share these types without compiling device code.
+#pragma once
+#include <cstdint>
+
+#include "instructions/encoding.hpp"
+#include "instructions/op_types.hpp"
+
+// The accessors below are device functions under nvcc and plain inline functions elsewhere (the host, the
+// emulator), so this header needs no CUDA header.
+#if defined(__CUDACC__)
+#define MK_DEVICE_TYPES_FN __device__
+#else
+#define MK_DEVICE_TYPES_FN
+#endif
+
+namespace mk {
+
+// One weight as the device holds it: rows padded to kDeviceRowAlign (16) bytes (repacked at
+// load) so every tile is a legal bulk copy; vectors (norms, biases) are F32.
+struct DeviceWeight {
+    const uint8_t* data;
+    uint32_t dtype;      // a DType value
+    uint32_t rows, cols;
+    uint32_t row_bytes;  // padded row stride
+};
+
+// One tile of an instruction's page plan, as uploaded: where its bytes come from and what they hold.
+struct DeviceTile {
+    uint64_t src_offset;  // byte offset into the weight blob (16-byte aligned)
+    uint32_t bytes;       // a multiple of 16
+    uint32_t weight;      // weight id
+    uint32_t row_begin;
+    uint32_t n_rows;
+};
+static_assert(sizeof(DeviceTile) == 24);
+
+// One tensor-parallel rank's memory as every rank addresses it. The schedule's arena offsets, KV layers and
+// counter ids are global over the combined schedule, so the arena and cache bases are biased by the rank's
+// first byte and layer (arena - rank * rank_arena_bytes): the same offset indexes the same buffer on any
+// rank. Each rank holds a whole counter array and uses the counters it owns (verify's rank check). When all
+// ranks share one allocation (the CPU, the kernel-per-op baseline) every entry holds the same bases.
+struct RankMemory {
+    uint8_t* arena;
+    float* k_cache;
+    float* v_cache;
+    uint64_t* counters;
+};
+
+// A rank's base as RankMemory (and the CPU's OpContext::rank_arenas) hold it: `own`, its allocation, less
+// `region_start` bytes (where its region begins in the combined layout). Integer arithmetic: the biased
+// address is never dereferenced below `own`.
+template <typename T>
+inline T* rank_biased(T* own, uint64_t region_start) {
+    return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(own) - uintptr_t(region_start));
+}
+
+struct DeviceOpContext {
+    ModelDims dims;
+    const float* rope_inv_freq;    // (head_dim / 2) fp32
+    uint8_t* arena;                // activation buffers, byte offsets from the args (this rank's)
+    const RankMemory* ranks;       // device: by rank; where a transfer writes (on another GPU, over NVLink)
+    const DeviceWeight* weights;   // by weight id
+    float* k_cache;                // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    float* v_cache;
+    uint32_t ctx_len;
+    int32_t pos;                   // the step's position
+    int32_t token;                 // the step's input token
+    float* scratch;                // team-private shared memory
+    uint32_t scratch_floats;
+
+    MK_DEVICE_TYPES_FN float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
+    MK_DEVICE_TYPES_FN uint64_t cache_offset(uint32_t layer, uint32_t kv_head) const {
+        return (uint64_t(layer) * dims.n_kv_heads + kv_head) * ctx_len * dims.head_dim;
+    }
+};
+
+// The team scratch (shared memory) the CUDA backends give an op: the normalized input vector, d_model fp32,
+// plus 1024 floats for cross-warp reductions and attention's per-warp partial states (attn_partial splits
+// positions over as many warps as have room). The resident kernel gives at least this, the baseline exactly.
+inline uint64_t op_scratch_bytes(const ModelDims& dims) { return 4ull * (uint64_t(dims.d_model) + 1024); }
+
+}  // namespace mk

@@ -20,6 +20,12 @@ inline constexpr int kMaxSignals = 2;
 inline constexpr int kMaxArgs = 16;
 inline constexpr uint16_t kNoOperand = 0xffff;
 
+// Arena buffers, each rank's arena region, weight-blob entries and the counters after a peer buffer start on
+// 256-byte boundaries, the alignment cudaMalloc gives: an offset into them is as aligned as a fresh
+// allocation (bulk copies need 16 bytes, the ops' vector loads 32).
+inline constexpr uint64_t kBufferAlignBytes = 256;
+constexpr uint64_t align_up(uint64_t bytes, uint64_t align) { return (bytes + align - 1) / align * align; }
+
 // Which operand of the instruction a wait guards. Loads of other operands (weights, old KV entries)
 // may start before the wait is met; only reads of the guarded operand must follow it.
 enum class Operand : uint16_t {

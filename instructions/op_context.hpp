@@ -47,8 +47,8 @@ public:
 
 // How the CPU matvec ops take their row dots: exact (fp32 activations, dot_row) or q16 (the input vector
 // quantized once per instruction to 16-bit blocks of 32, integer dots where the weight format has them:
-// Q8_0, Q4_0, Q4_1; other formats stay exact). q16 is ~1.8x faster decode at ~1e-4..7e-4 relative L2 of
-// the logits (bench/RESULTS.md); the GPU backends always take fp32 activations.
+// Q8_0, Q4_0, Q4_1; other formats stay exact). q16 is 1.2-1.5x faster decode (1.04-1.57x measured) at
+// ~1e-4..7e-4 relative L2 of the logits (bench/RESULTS.md); the GPU backends always take fp32 activations.
 enum class CpuDots : uint8_t { exact, q16 };
 
 struct OpContext {

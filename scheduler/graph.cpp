@@ -51,7 +51,7 @@ public:
 
 private:
     uint32_t buffer(const std::string& name, uint64_t bytes, const std::string& layout) {
-        uint64_t offset = (graph_.arena_bytes + 255) / 256 * 256;  // 256-byte aligned buffers
+        uint64_t offset = align_up(graph_.arena_bytes, kBufferAlignBytes);
         graph_.buffers.push_back({name, offset, bytes, layout});
         graph_.arena_bytes = offset + bytes;
         return uint32_t(offset);
@@ -118,7 +118,7 @@ void GraphBuilder::layout_buffers() {
             b.recv_o.push_back(buffer(fmt::format("recv_o.L{}", L), 4ull * tp_ * d.d_model, layout));
             b.recv_down.push_back(buffer(fmt::format("recv_down.L{}", L), 4ull * tp_ * d.d_model, layout));
         }
-    graph_.rank_arena_bytes = (graph_.arena_bytes + 255) / 256 * 256;
+    graph_.rank_arena_bytes = align_up(graph_.arena_bytes, kBufferAlignBytes);
     if (graph_.rank_arena_bytes * tp_ > UINT32_MAX) fail("graph: the activation arena exceeds 4 GiB");
     const std::vector<BufferInfo> rank0 = graph_.buffers;
     for (uint32_t k = 0; k < tp_; ++k) {

@@ -1,4 +1,5 @@
-// Built-in targets.
+// Built-in targets. Each cost constant says where its value comes from; "assumed until measured" marks
+// the guesses the simulator runs on until tools/gpu-check.sh (or a CPU bench) measures them.
 #include "scheduler/target.hpp"
 
 #include "models/error.hpp"
@@ -17,14 +18,14 @@ Target target_h200() {
     t.name = "h200";
     t.n_sms = 132;
     t.smem_bytes = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
-    t.page_bytes = 16384;
+    t.page_bytes = 16384;   // a design choice: 14 fit the opt-in shared memory, 13 after pages_for
     t.n_pages = pages_for(t.smem_bytes, t.page_bytes);
-    t.bandwidth_gbs = 4300.0;
-    t.sm_gflops = 500.0;
-    t.hop_ns = 700.0;
-    t.instruction_ns = 150.0;
+    t.bandwidth_gbs = 4300.0;  // the device-to-device copy rate measured on the lent H200s
+    t.sm_gflops = 500.0;       // H100/H200 SXM datasheet: 67 TFLOPS fp32 (non-tensor) / 132 SMs
+    t.hop_ns = 700.0;          // assumed until measured: a counter release on one SM seen by another
+    t.instruction_ns = 150.0;  // assumed until measured: fetch, decode and the waits' acquire loads
     t.link_gbs = 450.0;  // NVLink 4: 18 links x 25 GB/s each way
-    t.link_ns = 1500.0;  // assumed: a peer store, a system-scope fence and the flag, seen ~1.5 us later
+    t.link_ns = 1500.0;  // assumed until measured: a peer store, a system-scope fence and the flag, seen ~1.5 us later
     return t;
 }
 
@@ -41,14 +42,14 @@ Target target_device(uint32_t n_sms, uint64_t smem_bytes) {
 Target target_cpu() {
     Target t;
     t.name = "cpu";
-    t.n_sms = 8;
-    t.smem_bytes = 1u << 20;
+    t.n_sms = 8;               // a design choice: a few virtual SMs per core keeps every thread busy
+    t.smem_bytes = 1u << 20;   // a design choice: the CPU has no shared-memory limit
     t.page_bytes = 65536;
     t.n_pages = pages_for(t.smem_bytes, t.page_bytes);
-    t.bandwidth_gbs = 20.0;
-    t.sm_gflops = 20.0;
-    t.hop_ns = 2000.0;
-    t.instruction_ns = 300.0;
+    t.bandwidth_gbs = 20.0;    // mk_dot_bench: Q4_1 integer dots from DRAM on one core, 17-21 GB/s (bench/RESULTS.md)
+    t.sm_gflops = 20.0;        // assumed until measured
+    t.hop_ns = 2000.0;         // assumed until measured: a parked virtual SM woken by another thread
+    t.instruction_ns = 300.0;  // assumed until measured
     t.link_gbs = 20.0;  // ranks emulated in one process: a copy in memory
     t.link_ns = t.hop_ns;
     return t;

@@ -7,7 +7,7 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("--backend", o.backend,
                     "cpu | cuda (the resident megakernel) | cuda-kernels (one kernel per op) | cuda-emu, "
                     "cuda-kernels-emu (the same device code run by the CUDA emulator on the CPU: slow, for checking "
-                    "without a GPU) | auto (cuda when a GPU is usable, else cpu)")
+                    "without a GPU) | auto (cpu until the CUDA backend is verified on a GPU by tools/gpu-check.sh)")
         ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "cuda-emu", "cuda-kernels-emu", "auto"}));
     cmd->add_option("--target", o.target, "Compile the schedule for this target: h200 | cpu (default cpu)");
     cmd->add_option("--sms", o.sms, "Compile for N SMs (with --smem) instead of a named target");
@@ -21,7 +21,7 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_flag("--detect-races", o.detect_races, "CPU: run the vector-clock race detector (slow)");
     cmd->add_option("--cpu-dots", o.cpu_dots,
                     "CPU: q16 (default: each matvec's input as 16-bit blocks, integer dots on Q8_0/Q4_0/Q4_1 weights, "
-                    "~1.8x faster decode, logits within ~1e-3 of fp32) | exact (fp32 activations)")
+                    "1.2-1.5x faster decode, logits within ~1e-3 of fp32) | exact (fp32 activations)")
         ->check(CLI::IsMember({"exact", "q16"}));
     cmd->add_flag("--stepwise", o.stepwise, "cuda: launch the interpreter once per step instead of keeping it resident");
     cmd->add_flag("--graph", o.graph, "cuda-kernels: replay each step as a captured CUDA graph");

@@ -239,7 +239,7 @@ private:
                  n_streams, device.name, device.sm_count, device.sm_count);
         }
         const uint64_t pages = uint64_t(s.target.n_pages) * s.target.page_bytes;
-        const uint64_t scratch = 4ull * (s.dims.d_model + 1024);
+        const uint64_t scratch = op_scratch_bytes(s.dims);
         const uint64_t smem = pages + scratch + interpreter_overhead_bytes();
         if (s.target.n_pages > PageRing::kMaxPages || smem > device.smem_optin)
             fail("schedule: {} pages of {} bytes plus {} bytes of scratch need {} bytes of shared memory per SM; {} "

@@ -16,7 +16,7 @@ namespace mk {
 MK_CUDA_BACKEND_BEGIN
 
 struct CudaProgramOptions {
-    uint32_t ctx_len = 0;          // 0: min(model context, 4096)
+    uint32_t ctx_len = 0;          // 0: default_ctx_len (runtime/program.hpp)
     bool stepwise = false;         // one launch per step instead of a resident kernel
     bool separate_gpus = false;    // a TP schedule: rank r on GPU r (else every rank on this GPU: --tp-loopback)
     uint32_t watchdog_ms = 2000;   // a wait longer than this aborts the kernel with a fault report

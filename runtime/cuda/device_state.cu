@@ -9,6 +9,7 @@
 #include "models/error.hpp"
 #include "models/quant.hpp"
 #include "runtime/model_weights.hpp"
+#include "runtime/program.hpp"
 
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
@@ -149,7 +150,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     const uint32_t tp = s.schedule.tp_size;
     const bool one_rank = placement.layout == RankLayout::one_rank;
     if (one_rank && placement.rank >= tp) fail("CUDA: rank {} of a {}-rank schedule", placement.rank, tp);
-    s.ctx_len = ctx_len ? ctx_len : uint32_t(std::min<int64_t>(model.config.context_length, 4096));
+    s.ctx_len = default_ctx_len(ctx_len, model.config);
     if (int64_t(s.ctx_len) > model.config.context_length)
         fail("{}: context {} exceeds the model's {}", source, s.ctx_len, model.config.context_length);
 

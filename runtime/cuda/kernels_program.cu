@@ -38,7 +38,7 @@ public:
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
         check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 2 * sizeof(int32_t)), "step state");
         step_state_ = DeviceBuffer(2 * sizeof(int32_t), "step state");
-        scratch_bytes_ = 4 * (state_->schedule.dims.d_model + 1024);
+        scratch_bytes_ = uint32_t(op_scratch_bytes(state_->schedule.dims));
     }
     ~KernelsProgram() override {
         std::string error;

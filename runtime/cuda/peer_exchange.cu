@@ -39,7 +39,7 @@ std::unique_ptr<PeerExchange> PeerExchange::open(const std::vector<int>& devices
                                                  uint64_t counter_bytes) {
     std::unique_ptr<PeerExchange> x(new PeerExchange());
     x->devices_ = devices;
-    x->counter_offset_ = (arena_bytes + 255) / 256 * 256;
+    x->counter_offset_ = align_up(arena_bytes, kBufferAlignBytes);
     x->buffer_bytes_ = x->counter_offset_ + counter_bytes;
     const uint32_t n = uint32_t(devices.size());
     // Both paths signal peers with system-scope atomics on their memory: NVLink has them, most PCIe paths not.

@@ -21,7 +21,7 @@ WeightBlob build_weight_blob(const std::vector<WeightRef>& refs) {
             fail("weight {}: rows of {} bytes are not {}-byte aligned; the CUDA backend needs a schedule compiled "
                  "with padded rows", id, w.row_bytes, kDeviceRowAlign);
         if (w.row_bytes > UINT32_MAX) fail("weight {}: a row of {} bytes is too long", id, w.row_bytes);
-        size = (size + 255) / 256 * 256;
+        size = align_up(size, kBufferAlignBytes);
         blob.offsets[id] = size;
         blob.weights[id] = {nullptr, uint32_t(w.dtype), w.rows, w.cols, uint32_t(w.row_bytes)};
         size += uint64_t(w.rows) * w.row_bytes;

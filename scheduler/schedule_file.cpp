@@ -264,7 +264,8 @@ void check_limits(const Schedule& s, const std::string& name) {
 
 std::vector<uint8_t> serialize_schedule(const Schedule& s) {
     Writer w;
-    w.out.insert(w.out.end(), std::begin(kMagic), std::end(kMagic));
+    // assign, not insert into the empty vector: GCC 12 warns falsely on that insert at -O2 (bug 107852).
+    w.out.assign(std::begin(kMagic), std::end(kMagic));
     w.u32(kScheduleVersion);
     visit_schedule_fields(s, WriteFields{w});
     w.u64(fnv1a64(w.out.data(), w.out.size()));

@@ -114,9 +114,9 @@ void register_generate(CLI::App& app) {
             return !g_interrupted.load();
         });
         std::signal(SIGINT, previous);
-        if (stats.context_full)
+        if (result.context_full)
             fmt::print(stderr, "\nmk: the context of {} tokens is full: generation stopped (raise -c for more)\n",
-                       engine.program().ctx_len());
+                       session.context_length());
         const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
         print_summary(result, g_interrupted.load(), load_ms, total_ms, model.info(), session, o->json);
     });

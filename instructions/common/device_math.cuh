@@ -50,7 +50,8 @@ __device__ inline float4 nibbles_to_f4(uint32_t q, int shift, float bias) {  // 
     return {float((q >> shift) & 15u) + bias, float((q >> (shift + 8)) & 15u) + bias,
             float((q >> (shift + 16)) & 15u) + bias, float((q >> (shift + 24)) & 15u) + bias};
 }
-__device__ inline float2 half2_bits_to_f2(uint32_t w) { return __half22float2(*reinterpret_cast<const __half2*>(&w)); }
+// Two halves' bits, low one first; built from the bits, not by punning the word (g++ builds this for the emulator).
+__device__ inline float2 half2_bits_to_f2(uint32_t w) { return {f16_to_f32(uint16_t(w)), f16_to_f32(uint16_t(w >> 16))}; }
 __device__ inline float2 bf162_bits_to_f2(uint32_t w) {
     return {__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)};
 }

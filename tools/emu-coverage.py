@@ -19,8 +19,11 @@ def main():
         sys.exit(f'emu-coverage: no .gcda under {objects}: build with -DMK_EMU_COVERAGE=ON and run mk_cuda_emu_tests')
     lines = {}  # (file, line) -> count, summed over objects
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run(['gcov', '--json-format', '--object-directory', objects] + gcdas, cwd=out, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for gcda in gcdas:  # one at a time: each object's .gcno sits beside its .gcda
+            subprocess.run(['gcov', '--json-format', gcda], cwd=out, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            os.rename(os.path.join(out, os.path.basename(gcda)[:-5] + '.gcov.json.gz'),
+                      os.path.join(out, str(gcdas.index(gcda)) + '.gcov.json.gz'))
         for name in os.listdir(out):
             if not name.endswith('.gcov.json.gz'):
                 continue

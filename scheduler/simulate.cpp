@@ -53,6 +53,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
     if (options.free_exchange) target.link_ns = target.hop_ns;
     std::vector<Cost> cost(offset[n_sms]);
     std::vector<double> duration(offset[n_sms]);
+    std::vector<DeviceTime> parts(options.device ? offset[n_sms] : 0);
     for (uint32_t sm = 0; sm < n_sms; ++sm) {
         sim.timeline[sm].resize(s.streams[sm].size());
         for (uint32_t i = 0; i < s.streams[sm].size(); ++i) {
@@ -67,7 +68,10 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
                          s.counters.size());
             cost[offset[sm] + i] = cost_at(s, ins, options.position);
             const bool free = options.free_exchange && op_info(ins.opcode).effects(ins).writes_peer();
-            duration[offset[sm] + i] = free ? 0.0 : node_duration_ns(cost[offset[sm] + i], target);
+            if (options.device) parts[offset[sm] + i] = device_instruction_time(s, ins, options.position, *options.device);
+            duration[offset[sm] + i] = free                ? 0.0
+                                       : options.device ? parts[offset[sm] + i].total_ns()
+                                                        : node_duration_ns(cost[offset[sm] + i], target);
         }
     }
 
@@ -104,6 +108,8 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             }
         }
         if (ev.ready_ns <= free_ns[sm]) ev.waited_sm = kNone;
+        else if (options.device)  // the waiter's back-off: its poll lands after the counter is met
+            ev.ready_ns += device_poll_overshoot_ns(ev.ready_ns - free_ns[sm], *options.device);
         ev.start_ns = std::max(free_ns[sm], ev.ready_ns);
         ev.end_ns = ev.start_ns + duration[offset[sm] + pc[sm]];
         ends.push({ev.end_ns, sm});
@@ -146,6 +152,12 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             op.busy_ns += ev.end_ns - ev.start_ns;
             op.weight_bytes += c.weight_bytes;
             op.flops += c.flops;
+            if (options.device) {
+                const DeviceTime& p = parts[offset[sm] + i];
+                op.overhead_ns += p.overhead_ns;
+                op.consume_ns += p.consume_ns;
+                op.load_ns += p.load_ns;
+            }
             sim.weight_bytes += c.weight_bytes;
             sim.sms[sm].busy_ns += ev.end_ns - ev.start_ns;
         }
@@ -167,6 +179,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
         }
     }
     std::reverse(sim.critical_path.begin(), sim.critical_path.end());
+    if (options.device) sim.step_boundary_ns = device_step_boundary_ns(s.target, *options.device);
     return sim;
 }
 

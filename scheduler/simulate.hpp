@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/device_cost.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace mk {
@@ -17,6 +18,9 @@ struct SimOptions {
     // Tensor parallel: price the exchange at nothing — transfers take no time and a cross-rank signal is
     // seen after hop_ns, as if the ranks shared one GPU. The baseline summarize_exchange compares against.
     bool free_exchange = false;
+    // The resident CUDA interpreter's cost model (device_cost.hpp) instead of the ideal one (node_duration_ns):
+    // per-instruction overhead, tiles by busy warps, attention trips, late polls and the step boundary.
+    const DeviceModel* device = nullptr;
 };
 
 struct SimEvent {
@@ -37,6 +41,8 @@ struct OpTotal {
     uint32_t count = 0;
     double busy_ns = 0.0;
     uint64_t weight_bytes = 0, flops = 0;
+    // With the device model: the parts of busy_ns (overhead and consume serial; load overlaps them).
+    double overhead_ns = 0.0, consume_ns = 0.0, load_ns = 0.0;
 };
 
 struct Simulation {
@@ -46,7 +52,9 @@ struct Simulation {
     std::vector<std::pair<uint32_t, uint32_t>> critical_path;  // (sm, index), first to last
     std::vector<OpTotal> ops;                                  // by opcode; count 0 where unused
     uint64_t weight_bytes = 0;                                 // streamed in one step
-    double weight_gbs() const { return makespan_ns > 0 ? double(weight_bytes) / makespan_ns : 0.0; }
+    double step_boundary_ns = 0.0;  // device model: from one step's last instruction to the next step's start
+    double token_ns() const { return makespan_ns + step_boundary_ns; }
+    double weight_gbs() const { return token_ns() > 0 ? double(weight_bytes) / token_ns() : 0.0; }
 };
 
 // Throws mk::Error naming a stuck instruction if the schedule cannot finish a step (verify first).

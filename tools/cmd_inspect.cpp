@@ -49,9 +49,28 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
                s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.config_hash);
     fmt::print("{} instructions, {} counters, arena {} bytes, {} attention chunks, {} LM-head blocks\n\n",
                s.n_instructions(), s.counters.size(), s.arena_bytes, s.n_attn_parts, s.n_lm_blocks);
-    fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");
-    for (const OpTotal& op : sim.ops)
-        if (op.count) fmt::print("{:<14} {:>7} {:>14} {:>12.1f}\n", op.name, op.count, op.weight_bytes, op.busy_ns / 1e3);
+    if (options.device) {
+        // Parts summed over the SMs: overhead and consume are the consumers' serial path, load the loader's
+        // fills that overlap them; an instruction takes max(load, overhead + consume).
+        fmt::print("{:<14} {:>7} {:>14} {:>12} {:>7} {:>12} {:>12} {:>12}\n", "op", "count", "weight bytes", "busy us",
+                   "busy %", "overhead us", "consume us", "load us");
+        double busy_total = 0;
+        for (const OpTotal& op : sim.ops) busy_total += op.busy_ns;
+        for (const OpTotal& op : sim.ops)
+            if (op.count)
+                fmt::print("{:<14} {:>7} {:>14} {:>12.1f} {:>7.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", op.name, op.count,
+                           op.weight_bytes, op.busy_ns / 1e3, 100.0 * op.busy_ns / busy_total, op.overhead_ns / 1e3,
+                           op.consume_ns / 1e3, op.load_ns / 1e3);
+        fmt::print("\n{:<28} {:>13} {:>7} {:>12}\n", "matrix (tile shape)", "rows per tile", "tiles",
+                   "warps busy");
+        for (const TileShape& t : device_tile_shapes(s, *options.device))
+            fmt::print("{:<28} {:>13} {:>7} {:>9} of {}\n", t.weight, t.rows_per_tile, t.tiles, t.warps_busy, t.warps);
+    } else {
+        fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");
+        for (const OpTotal& op : sim.ops)
+            if (op.count)
+                fmt::print("{:<14} {:>7} {:>14} {:>12.1f}\n", op.name, op.count, op.weight_bytes, op.busy_ns / 1e3);
+    }
 
     std::vector<uint64_t> bytes(s.streams.size(), 0);
     for (size_t sm = 0; sm < s.streams.size(); ++sm)
@@ -69,6 +88,14 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
                *lo, *hi, 100.0 * busy_sum / (sim.makespan_ns * s.streams.size()), busy_max / 1e3);
     if (s.tp_size > 1) print_ranks(s, summarize_exchange(s, sim, options));
     const std::string per_rank = s.tp_size > 1 ? fmt::format(" ({:.0f} per rank)", sim.weight_gbs() / s.tp_size) : "";
+    if (options.device)
+        fmt::print("cost model: device ({}) at position {}; step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token, "
+                   "{:.1f}% of {:.0f} GB/s\n",
+                   options.device->name, options.position, sim.makespan_ns / 1e3, sim.step_boundary_ns / 1e3,
+                   sim.token_ns() / 1e6, 100.0 * sim.weight_gbs() / s.target.bandwidth_gbs, s.target.bandwidth_gbs);
+    else
+        fmt::print("cost model: ideal (bytes at the SM's share of bandwidth + instruction_ns) at position {}\n",
+                   options.position);
     fmt::print("predicted step {:.1f} us, {:.0f} GB/s of weights{}; critical path {} instructions:\n",
                sim.makespan_ns / 1e3, sim.weight_gbs(), per_rank, sim.critical_path.size());
     const size_t shown = std::min<size_t>(sim.critical_path.size(), 12);
@@ -87,6 +114,7 @@ void register_inspect(CLI::App& app) {
     struct Options {
         std::string file, svg, trace;
         uint32_t position = 511;
+        std::string cost = "auto";
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("inspect", "Describe a .mks schedule: counts, bytes, simulated timeline, verdict");
@@ -94,10 +122,16 @@ void register_inspect(CLI::App& app) {
     cmd->add_option("--svg", o->svg, "Write a per-SM Gantt chart of the simulated step (SVG)");
     cmd->add_option("--trace", o->trace, "Write the simulated step as a Chrome/Perfetto trace (JSON)");
     cmd->add_option("--position", o->position, "Token position the simulation assumes (attention cost grows with it)");
+    cmd->add_option("--cost", o->cost,
+                    "Cost model: device (the resident CUDA interpreter, scheduler/device_cost.hpp) | ideal (bytes at "
+                    "the SM's share of bandwidth) | auto (device unless the target is cpu)")
+        ->check(CLI::IsMember({"auto", "device", "ideal"}));
     cmd->callback([o] {
         Schedule s = load_schedule(o->file);
         SimOptions so;
         so.position = o->position;
+        const DeviceModel device = device_model_h200();
+        if (o->cost == "device" || (o->cost == "auto" && s.target.name != "cpu")) so.device = &device;
         VerifyReport report = verify(s);
         if (report.count(VerifyCheck::structure))  // the simulator needs a well-formed schedule
             fail("{}: {}", o->file, report.summary());

@@ -1,0 +1,85 @@
+// The resident CUDA interpreter's cost model (runtime/cuda/interpreter.cu): what one instruction costs on
+// an SM given the device's constants and the structure of today's device code. The simulator uses it when
+// asked (`mk inspect --cost device`); the ideal model (bytes at the SM's share of bandwidth) stays the default.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "instructions/encoding.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace mk {
+
+// How the device code is built. These are facts about the code, not measurements: change them in the
+// same commit as the code they describe (device_model_h200() holds today's).
+struct KernelStructure {
+    uint32_t consumer_warps = 7;      // warps 1..7 of 8 (interpreter.cu: kInterpreterThreads)
+    bool split_row_columns = false;   // a tile with fewer rows than warps splits each row's columns across warps
+    uint32_t matvec_input_smem_cols = 0;  // matvec_add stages inputs of up to this many fp32 in shared memory (else L2)
+    uint32_t wait_dependent_loads = 3;  // dependent global loads per counter wait, the counter's acquire included
+    uint32_t decode_byte_loads = 64;    // LDG.E.U8 executed by one decode_args (memcpy of a <= 64-byte Args)
+    uint32_t signal_fences = 2;         // fences before a signal lands (__threadfence + the release add's own)
+    uint32_t barriers_per_instruction = 2;  // team barriers around the op (wait published, stores done)
+    bool attn_heads_serial = true;      // attn_partial runs the group's query heads one after another
+    uint32_t attn_positions_per_trip = 7;  // positions of one head in flight per loop trip (one per warp)
+    uint32_t attn_trip_load_rounds = 1;    // dependent K/V load rounds per trip (K and V rows load together)
+    uint32_t attn_trip_shuffles = 5;       // dependent shuffles per trip (the score's warp sum)
+    double wait_backoff_max_ns = 1024;  // a waiter's __nanosleep grows to this: polls land late by up to it
+    uint32_t token_system_fences = 3;   // post_token: system-scope fences on the critical path
+    uint32_t token_pcie_reads = 1;      // post_token: reads of host memory (the cancel flag)
+    bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
+};
+
+// Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
+struct DeviceModel {
+    std::string name;
+    double l2_load_ns = 0;         // one dependent global load served by L2
+    double dram_load_ns = 0;       // one dependent global load that misses L2
+    double byte_load_ns = 0;       // issue cost of one more LDG.E.U8 from a line already in L1
+    double barrier_ns = 0;         // a named barrier of the consumer team
+    double fence_ns = 0;           // a device-scope fence with the team's stores outstanding
+    double system_fence_ns = 0;    // a system-scope fence (host-mapped stores outstanding)
+    double pcie_read_ns = 0;       // a load from pinned host memory
+    double warp_reduce_ns = 0;     // five shuffles: one warp's row dot summed across lanes
+    double warp_cols_l2_per_ns = 0;    // columns one warp dots per ns, weights in smem, input from L2
+    double warp_cols_smem_per_ns = 0;  // the same, input in shared memory
+    double sm_cols_per_ns = 0;     // the SM's issue limit for row dots, all warps together
+    double shuffle_ns = 0;         // one dependent SHFL
+    double exp_ns = 0;             // the online softmax's two expf and its bookkeeping, per trip
+    KernelStructure code;
+};
+
+// The H200 constants and the structure of the code as it is at this commit.
+DeviceModel device_model_h200();
+
+// One instruction's predicted time on its SM, in parts (ns).
+struct DeviceTime {
+    double overhead_ns = 0;  // decode, waits' dependent loads, barriers, signal fences: serial on the consumers
+    double consume_ns = 0;   // the consumers' work: row dots per tile, attention trips, other ops' bytes
+    double load_ns = 0;      // the loader filling its pages at the SM's share of bandwidth (overlaps the rest)
+    double total_ns() const { return (load_ns > overhead_ns + consume_ns ? load_ns : overhead_ns + consume_ns); }
+};
+
+DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, uint32_t position,
+                                   const DeviceModel& m);
+
+// Between two steps: the token hand-off (post_token), the gate's hop and, without streaming across
+// steps, the first page's fill on every SM.
+double device_step_boundary_ns(const Target& t, const DeviceModel& m);
+
+// How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).
+double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m);
+
+// Consumer warps busy on a tile of `n_rows` rows of a weight: the proxy the issue tracks per matrix shape.
+uint32_t device_warps_busy(uint32_t n_rows, const KernelStructure& code);
+
+// Per weight matrix of the schedule: rows per tile and consumer warps busy on such a tile.
+struct TileShape {
+    std::string weight;  // "rows x cols dtype"
+    uint32_t rows_per_tile = 0, warps_busy = 0, warps = 0;
+    uint64_t tiles = 0;
+};
+std::vector<TileShape> device_tile_shapes(const Schedule& s, const DeviceModel& m);
+
+}  // namespace mk

@@ -1,0 +1,116 @@
+// The device cost model against hand-computed times: tiles by busy warps (whole rows, split columns),
+// the serial per-instruction path, the poll overshoot, the step boundary, and the simulator using them.
+#include <catch2/catch.hpp>
+
+#include "scheduler/device_cost.hpp"
+#include "scheduler/simulate.hpp"
+#include "tests/scheduler/tiny_schedule.hpp"
+
+using namespace mk;
+using namespace mk::test;
+
+namespace {
+
+// Round numbers so each expected time is a short sum.
+DeviceModel round_model() {
+    DeviceModel m;
+    m.name = "round";
+    m.l2_load_ns = 100;
+    m.dram_load_ns = 500;
+    m.byte_load_ns = 1;
+    m.barrier_ns = 10;
+    m.fence_ns = 200;
+    m.system_fence_ns = 1000;
+    m.pcie_read_ns = 2000;
+    m.warp_reduce_ns = 5;
+    m.warp_cols_l2_per_ns = 1;
+    m.warp_cols_smem_per_ns = 2;
+    m.sm_cols_per_ns = 1000;
+    m.shuffle_ns = 2;
+    m.exp_ns = 10;
+    m.code.decode_byte_loads = 20;
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("device cost: consumer warps busy per tile", "[cpu]") {
+    KernelStructure code;
+    CHECK(device_warps_busy(1, code) == 1);
+    CHECK(device_warps_busy(4, code) == 4);
+    CHECK(device_warps_busy(45, code) == 7);
+    code.split_row_columns = true;
+    CHECK(device_warps_busy(1, code) == 7);
+    CHECK(device_warps_busy(4, code) == 7);
+}
+
+TEST_CASE("device cost: a matvec_add's serial path and tiles", "[cpu]") {
+    // Two SMs at 2 GB/s: 1 byte/ns each. The toy weight: 16 fp32 columns, 64 bytes a row, one row a page.
+    Schedule s = tiny_schedule(2, 1);
+    s.target.bandwidth_gbs = 2.0;
+    Instruction mv = matvec(0, 16, 16, 4);  // rows 16..19: four one-row tiles
+    signal(mv, 0);
+    wait(mv, 0, 1);
+    DeviceModel m = round_model();
+
+    // Overhead: record 100 + decode 20 + one wait of 3 dependent loads 300 + 2 barriers 20 + 2 fences 400.
+    // Consume: per tile one warp, 16 columns from L2 at 1/ns + reduce 5, + the release barrier 10 = 31.
+    // Load: 4 x 64 bytes at 1 byte/ns.
+    DeviceTime t = device_instruction_time(s, mv, 0, m);
+    CHECK(t.overhead_ns == Approx(840.0));
+    CHECK(t.consume_ns == Approx(4 * 31.0));
+    CHECK(t.load_ns == Approx(256.0));
+    CHECK(t.total_ns() == Approx(964.0));
+
+    // Input staged in shared memory: one pass from L2 and a barrier (110), then 16 / 2 + 5 + 10 = 23 a tile.
+    m.code.matvec_input_smem_cols = 16;
+    t = device_instruction_time(s, mv, 0, m);
+    CHECK(t.consume_ns == Approx(110.0 + 4 * 23.0));
+
+    // Split columns: a one-row tile puts 16/7 columns on each warp, + its reduce, the partial-sum barrier
+    // and the release barrier.
+    m.code.split_row_columns = true;
+    t = device_instruction_time(s, mv, 0, m);
+    CHECK(t.consume_ns == Approx(110.0 + 4 * (16.0 / 7 / 2 + 5 + 10 + 10)));
+}
+
+TEST_CASE("device cost: poll overshoot and step boundary", "[cpu]") {
+    DeviceModel m = round_model();
+    CHECK(device_poll_overshoot_ns(0, m) == 0.0);
+    CHECK(device_poll_overshoot_ns(200, m) == Approx(100.0));
+    CHECK(device_poll_overshoot_ns(1e6, m) == Approx(512.0));
+
+    Target t;
+    t.n_sms = 2;
+    t.bandwidth_gbs = 2.0;
+    t.page_bytes = 64;
+    t.hop_ns = 700;
+    // 3 system fences + 1 PCIe read + the gate's hop + a DRAM load and one page at 1 byte/ns.
+    CHECK(device_step_boundary_ns(t, m) == Approx(3000.0 + 2000.0 + 700.0 + 500.0 + 64.0));
+    m.code.stream_across_steps = true;
+    CHECK(device_step_boundary_ns(t, m) == Approx(5700.0));
+}
+
+TEST_CASE("device cost: the simulator charges it when asked", "[cpu]") {
+    Schedule s = tiny_schedule(2, 1);
+    s.target.bandwidth_gbs = 2.0;
+    s.target.hop_ns = 1000;
+    Instruction a = matvec(16, 4, 0, 4), b = matvec(0, 4, 8, 4);
+    signal(a, 0);
+    wait(b, 0, 1);
+    s.streams = {{a}, {b}};
+    finish(s);
+    const DeviceModel m = round_model();
+    SimOptions o;
+    o.device = &m;
+    const Simulation sim = simulate(s, o);
+    const double ta = device_instruction_time(s, a, o.position, m).total_ns();
+    const double tb = device_instruction_time(s, b, o.position, m).total_ns();
+    // b's SM waited ta + hop, so its poll lands half the 1024 ns back-off cap late.
+    CHECK(sim.makespan_ns == Approx(ta + 1000.0 + 512.0 + tb));
+    CHECK(sim.step_boundary_ns == Approx(device_step_boundary_ns(s.target, m)));
+    CHECK(sim.token_ns() == Approx(sim.makespan_ns + sim.step_boundary_ns));
+    const OpTotal& mv = sim.ops[size_t(Opcode::matvec_add)];
+    CHECK(mv.overhead_ns + mv.consume_ns > 0.0);
+    CHECK(mv.busy_ns == Approx(ta + tb));
+}

@@ -40,4 +40,14 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("--trace", o.trace_file, "cuda: write a Chrome/Perfetto trace of the instructions run to this .json file");
 }
 
+void add_sampling_options(CLI::App* cmd, api::SamplingOptions& sampling) {
+    cmd->add_option("--temp", sampling.temperature, "Temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
+    cmd->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling threshold (1: off)")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--min-p", sampling.min_p, "Drop tokens below min-p x the top probability (0: off)")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--repeat-penalty", sampling.repeat_penalty, "Penalty on recent tokens (1: off)")->check(CLI::Range(0.0, 100.0));
+    cmd->add_option("--repeat-last-n", sampling.repeat_last_n, "How many recent tokens the penalty sees")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-s,--seed", sampling.seed, "Sampling seed: the same seed gives the same text on every backend");
+}
+
 }  // namespace mk::tools

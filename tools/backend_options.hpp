@@ -1,5 +1,5 @@
-// The options every running command shares (backend, target, policy, schedule file, threads,
-// context) as CLI flags, filling the public API's BackendOptions.
+// The options every running command shares as CLI flags: the backend (target, policy, schedule file,
+// threads, context) filling the public API's BackendOptions, and sampling filling its SamplingOptions.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -10,5 +10,6 @@ namespace mk::tools {
 using BackendOptions = api::BackendOptions;
 
 void add_backend_options(CLI::App* cmd, BackendOptions& options);
+void add_sampling_options(CLI::App* cmd, api::SamplingOptions& sampling);
 
 }  // namespace mk::tools

@@ -197,13 +197,7 @@ void register_chat(CLI::App& app) {
     cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec (default: SmolLM2-135M-Instruct)");
     cmd->add_option("--system", o->system, "The system message (default: the template's own)");
     cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most")->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--temp", o->sampling.temperature, "Temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
-    cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold (1: off)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability (0: off)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty on recent tokens (1: off)")->check(CLI::Range(0.0, 100.0));
-    cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty sees")->check(CLI::NonNegativeNumber);
-    cmd->add_option("-s,--seed", o->sampling.seed, "Sampling seed");
+    add_sampling_options(cmd, o->sampling);
     cmd->add_flag("--verbose", o->verbose, "After each reply, its prompt and eval times on stderr (this turn's tokens only)");
     cmd->add_flag("--json", o->json, "After each reply, a JSON line on stderr: token counts, ids, times");
     add_backend_options(cmd, o->backend);

@@ -80,13 +80,7 @@ void register_generate(CLI::App& app) {
     cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec (default: SmolLM2-135M-Instruct)");
     cmd->add_option("-p,--prompt", o->prompt, "The prompt; '-' reads standard input")->required();
     cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most")->check(CLI::Range(0, 1 << 20));
-    cmd->add_option("--temp", o->sampling.temperature, "Temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
-    cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold (1: off)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability (0: off)")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalty on recent tokens (1: off)")->check(CLI::Range(0.0, 100.0));
-    cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "How many recent tokens the penalty sees")->check(CLI::NonNegativeNumber);
-    cmd->add_option("-s,--seed", o->sampling.seed, "Sampling seed: the same seed gives the same text on every backend");
+    add_sampling_options(cmd, o->sampling);
     cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's own chat template");
     cmd->add_option("--system", o->system, "System message for --chat (default: the template's own)");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");

@@ -25,7 +25,7 @@ public:
     virtual uint64_t now_ns() = 0;
 };
 
-// The DeviceApi the CUDA Programs (cuda_program.cu, kernels_program.cu) wait through. A build links one
+// The DeviceApi the CUDA Programs (cuda_program.cpp, kernels_program.cpp) wait through. A build links one
 // definition: mk_cuda's (cuda_device_api.cpp, the CUDA runtime: stream queries and sleeps), or the
 // emulator's (the same file compiled for it: its stream queries run the emulated device). Each in its
 // backend's inline namespace (backend_namespace.hpp), so both may link into one binary.

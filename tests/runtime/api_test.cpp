@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "mk/mk.hpp"
-#include "models/synthetic.hpp"
 #ifdef MK_HAVE_CUDA
 #include "runtime/cuda/probe.hpp"
 #endif
@@ -21,18 +20,7 @@ namespace {
 
 using namespace mk::api;
 
-// A tiny synthetic Llama in this run's output directory (written once; rename keeps it atomic
-// when several test processes race to write it).
-std::string tiny_model_path() {
-    namespace fs = std::filesystem;
-    const fs::path path = mk::test::output_dir() / "api_tiny_llama_f32.gguf";
-    if (!fs::exists(path)) {
-        const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-        mk::write_synthetic_model(mk::parse_synthetic_spec("synthetic:tiny-llama:f32"), tmp);
-        fs::rename(tmp, path);
-    }
-    return path.string();
-}
+std::string tiny_model_path() { return mk::test::synthetic_model_file("synthetic:tiny-llama:f32", "api_tiny_llama_f32.gguf"); }
 
 GenerateOptions greedy(int32_t n) {
     GenerateOptions o;

@@ -10,22 +10,13 @@
 
 #include "mk/mk.h"
 #include "mk/mk.hpp"
-#include "models/synthetic.hpp"
 #include "tests/test_paths.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string tiny_model() {
-    const fs::path path = mk::test::output_dir() / "api_tiny_llama_f32.gguf";
-    if (!fs::exists(path)) {
-        const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-        mk::write_synthetic_model(mk::parse_synthetic_spec("synthetic:tiny-llama:f32"), tmp);
-        fs::rename(tmp, path);
-    }
-    return path.string();
-}
+std::string tiny_model() { return mk::test::synthetic_model_file("synthetic:tiny-llama:f32", "api_tiny_llama_f32.gguf"); }
 
 struct Handles {
     mk_model* model = nullptr;

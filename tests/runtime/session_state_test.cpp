@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "mk/mk.hpp"
-#include "models/synthetic.hpp"
 #include "tests/test_paths.hpp"
 
 namespace {
@@ -17,17 +16,7 @@ namespace {
 using namespace mk::api;
 namespace fs = std::filesystem;
 
-// A synthetic model in this run's output directory, written once (rename keeps racing writers atomic).
-std::string synthetic_path(const std::string& spec, const std::string& file) {
-    const fs::path path = mk::test::output_dir() / file;
-    if (!fs::exists(path)) {
-        const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-        mk::write_synthetic_model(mk::parse_synthetic_spec(spec), tmp);
-        fs::rename(tmp, path);
-    }
-    return path.string();
-}
-std::string tiny_llama() { return synthetic_path("synthetic:tiny-llama:f32", "api_tiny_llama_f32.gguf"); }
+std::string tiny_llama() { return mk::test::synthetic_model_file("synthetic:tiny-llama:f32", "api_tiny_llama_f32.gguf"); }
 
 std::string temp_file(const std::string& name) {
     return (mk::test::output_dir() / (name + "_" + std::to_string(::getpid()))).string();
@@ -117,7 +106,7 @@ TEST_CASE("Session state: a state for another model, context or schedule is refu
     s.save(path);
 
     // Same shape, other weights (another seed): its hash differs although its configuration does not.
-    Model other = Model::load(synthetic_path("synthetic:tiny-llama:f32:seed=9", "api_tiny_llama_f32_seed9.gguf"));
+    Model other = Model::load(mk::test::synthetic_model_file("synthetic:tiny-llama:f32:seed=9", "api_tiny_llama_f32_seed9.gguf"));
     Session wrong_model = other.new_session();
     CHECK_THAT(error_of([&] { wrong_model.load(path); }), Catch::Contains("saved for model") && Catch::Contains(path));
     CHECK(wrong_model.n_past() == 0);

@@ -92,8 +92,6 @@ int32_t DeviceState::sampled_token(int32_t device_token, const SamplingParams& p
     return sample_token(z.data(), uint32_t(z.size()), params, history.data(), int32_t(history.size()), pos);
 }
 
-namespace {
-
 bool device_supports(DType dtype) {
     switch (dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
@@ -102,6 +100,8 @@ bool device_supports(DType dtype) {
         return false;
     }
 }
+
+namespace {
 
 template <typename T>
 DeviceBuffer upload_vector(const std::vector<T>& v, const char* what) {

@@ -20,6 +20,8 @@ MK_CUDA_BACKEND_BEGIN
 
 // Throws mk::Error with `what` and the CUDA error text when status (a cudaError_t) is not success.
 void check_cuda(int status, const char* what);
+// Whether the device code decodes this weight format (F32, F16, BF16, Q8_0, Q4_0, Q4_1; uploads refuse others).
+bool device_supports(DType dtype);
 
 class DeviceBuffer {
 public:

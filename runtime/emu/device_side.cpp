@@ -133,16 +133,6 @@ uint64_t warp_collective(Collective kind, uint32_t mask, uint64_t value, int32_t
               hex(mask));
     if (width <= 0 || width > 32 || (width & (width - 1)))
         fault(std::string(name) + " at " + where_text(where) + ": width " + std::to_string(width) + " is not a power of 2 <= 32");
-    for (uint32_t l = 0; l < 32; ++l)
-        if (mask >> l & 1u) {
-            const uint32_t tid = 32 * warp + l;
-            if (tid >= b.threads.size())
-                fault(std::string(name) + " at " + where_text(where) + ": mask " + hex(mask) + " names lane " +
-                      std::to_string(l) + ", which the block does not have");
-            if (b.threads[tid]->state == ThreadState::done)
-                fault(std::string(name) + " at " + where_text(where) + ": mask " + hex(mask) + " names lane " +
-                      std::to_string(l) + ", which has exited");
-        }
     auto& open = b.warps[warp];
     Rendezvous* r = nullptr;
     for (Rendezvous& o : open)
@@ -154,6 +144,19 @@ uint64_t warp_collective(Collective kind, uint32_t mask, uint64_t value, int32_t
             r = &o;
         }
     if (!r) {
+        // The mask's lanes are checked once, by the lane that opens the rendezvous (32 checks per collective,
+        // not per lane: collectives are most of what the emulator does); a lane that exits later while
+        // named by an open rendezvous is reported by thread_exited.
+        for (uint32_t l = 0; l < 32; ++l)
+            if (mask >> l & 1u) {
+                const uint32_t tid = 32 * warp + l;
+                if (tid >= b.threads.size())
+                    fault(std::string(name) + " at " + where_text(where) + ": mask " + hex(mask) + " names lane " +
+                          std::to_string(l) + ", which the block does not have");
+                if (b.threads[tid]->state == ThreadState::done)
+                    fault(std::string(name) + " at " + where_text(where) + ": mask " + hex(mask) + " names lane " +
+                          std::to_string(l) + ", which has exited");
+            }
         open.push_back(Rendezvous{kind, mask, 0, arg, width, where});
         r = &open.back();
     }
@@ -292,6 +295,7 @@ void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint
     for (const PendingCopy& c : d.copies)
         if (c.block == &b && c.dst < q + bytes && q < c.dst + c.bytes)
             fault(at + "the destination overlaps a bulk copy still in flight (issued at " + where_text(c.where) + ")");
+    engine().check_async_read(src, bytes, where);
     m.inflight += bytes;
     std::memset(dst, 0xff, bytes);  // poison (NaN as floats) until the copy lands
     d.copies.push_back({&b, q, static_cast<const uint8_t*>(src), bytes, bar_offset, m.phase, where});
@@ -308,6 +312,9 @@ void prefetch_l2(const void* src, uint32_t bytes, Where where) {
         fault(at + "[" + engine().describe(src) + ", +" + std::to_string(bytes) + ") is not inside one allocation");
 }
 
-void fence_proxy_async(Where) { engine().maybe_preempt(); }
+void fence_proxy_async(Where) {
+    engine().fence_async();
+    engine().maybe_preempt();
+}
 
 }  // namespace mk_emu

@@ -186,6 +186,7 @@ bool Engine::place_block(Device& d, Grid& g) {
             t->block = b.get();
             t->tid = i;
             t->fiber = std::make_unique<Fiber>(&thread_entry, t.get(), c.stack_bytes);
+            t->async_fence_at = ++async_clock;  // a launch orders every earlier store before the kernel's copies
             d.ready.push_back(t.get());
             b->threads.push_back(std::move(t));
         }
@@ -212,6 +213,7 @@ bool Engine::try_start(Device& d, Grid& g) {
             }
         if (fit < g.n_blocks) return false;
     }
+    rearm_watched();  // stores before this launch are ordered before it; watch for the kernel's own
     bool placed = false;
     while (g.next_block < g.n_blocks && place_block(d, g)) placed = true;
     g.started = g.started || placed;
@@ -232,8 +234,16 @@ void Engine::service_streams(Device& d) {
             s.queue.pop_front();
             if (s.error != cudaSuccess) continue;  // work after a failure is dropped, as after a sticky error
             switch (op.kind) {
-            case Op::copy: std::memmove(op.dst, op.src, op.bytes); ++d.progress; break;
-            case Op::set: std::memset(op.dst, op.value, op.bytes); ++d.progress; break;
+            case Op::copy:
+                ensure_segv_handler();
+                std::memmove(op.dst, op.src, op.bytes);
+                ++d.progress;
+                break;
+            case Op::set:
+                ensure_segv_handler();
+                std::memset(op.dst, op.value, op.bytes);
+                ++d.progress;
+                break;
             case Op::graph:
                 for (auto it = op.ops->rbegin(); it != op.ops->rend(); ++it) s.queue.push_front(*it);
                 break;
@@ -370,6 +380,27 @@ bool stream_done(const Device& d, Until until, const Stream* stream) {
 }
 }  // namespace
 
+bool Engine::ahead_of_busy_peer(Device& d) {
+    uint64_t peer_clocks = 0;
+    bool behind = false;
+    for (const auto& peer : devices) {
+        if (peer.get() == &d) continue;
+        peer_clocks += peer->now_ns;
+        if (peer->now_ns < d.now_ns)
+            for (const auto& s : peer->streams) behind = behind || s->grid;
+    }
+    // A peer nobody has driven since this device last gave way (a kernel its host abandoned) holds nothing up.
+    if (!behind || peer_clocks == d.peer_clocks_at_yield) return false;
+    d.peer_clocks_at_yield = peer_clocks;
+    return true;
+}
+
+uint64_t Engine::now_ns() const {
+    uint64_t t = 0;
+    for (const auto& d : devices) t = std::max(t, d->now_ns);
+    return t;
+}
+
 bool Engine::drive(Device& d, Until until, Stream* stream) {
     uint32_t budget = kSliceDecisions;
     for (;;) {
@@ -402,6 +433,10 @@ bool Engine::drive(Device& d, Until until, Stream* stream) {
         if (!d.sleeping.empty()) {
             // Everyone polls: jump to the next wake-up, further and further while nothing changes.
             const bool quiet = d.progress == d.progress_at_jump;
+            // Peers' kernels may end this wait (TP on separate devices: their transfers bump this device's
+            // counters). A quiet device whose clock is ahead of a busy peer's gives the host its turn to
+            // drive that peer, so the clocks advance together and no watchdog fires on a wait a peer ends.
+            if (quiet && until == Until::slice && ahead_of_busy_peer(d)) return true;
             d.progress_at_jump = d.progress;
             if (quiet) d.dilation_ns = std::min(kMaxDilationNs, std::max<uint64_t>(1000, d.dilation_ns * 2));
             d.now_ns = std::max(d.sleeping.top().wake_ns, d.now_ns + (quiet ? d.dilation_ns : 0));

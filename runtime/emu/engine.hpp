@@ -40,6 +40,7 @@ struct Thread {
     const void* last_load = nullptr;  // the last atomic read: what a poll waits on
     Where last_load_where{};
     uint64_t result = 0;           // a warp collective's value for this lane
+    uint64_t async_fence_at = 0;   // the async-proxy clock at its last fence.proxy.async (or its launch)
     uint32_t lane() const { return tid % 32; }
     uint32_t warp() const { return tid / 32; }
 };
@@ -147,11 +148,20 @@ struct Device {
     uint64_t progress = 0, progress_seen = 0, progress_at_jump = 0, last_progress_ns = 0, dilation_ns = 0;
     uint64_t rng = 0;
     uint64_t next_grid_id = 1;
+    uint64_t peer_clocks_at_yield = 0;  // the other devices' clocks summed when this one last gave way to them
     std::map<const void*, int> max_dynamic_smem;
 
     explicit Device(int ordinal);
     uint64_t random();
     uint32_t random_below(uint32_t n) { return uint32_t(random() % n); }
+};
+
+// A page of device memory a bulk copy has read: write-protected while armed, so the first generic store
+// into it after each fence.proxy.async (any thread's) is caught by the SIGSEGV handler and stamped.
+struct WatchedPage {
+    bool armed = false;
+    uint64_t written_at = 0;  // the async-proxy clock when a device store was last caught (0: never)
+    uint32_t writer_block = 0, writer_tid = 0;
 };
 
 enum class AllocKind { device, host_mapped };
@@ -175,6 +185,11 @@ public:
     std::map<uintptr_t, Allocation> allocations;
     uint32_t next_alloc_id = 1;
     Thread* current = nullptr;  // the thread whose fiber is running
+    // The bulk-copy-after-generic-store check (async_proxy.cpp): pages bulk copies read, by address; those
+    // written since the last re-arm; a clock ordering fences and caught stores.
+    std::map<uintptr_t, WatchedPage> watched;
+    std::vector<uintptr_t> dirty;
+    uint64_t async_clock = 0;
     std::string report;
     uint64_t decisions = 0;
 
@@ -187,6 +202,8 @@ public:
     // Runs `d` until the stream is idle (Until::stream_idle), every stream is (device_idle), or for a slice.
     // Returns false when the device can make no more progress without the host (a sync would wait forever).
     bool drive(Device& d, Until until, Stream* stream);
+    // The furthest any device's virtual clock has advanced (what the host's bounds are measured on).
+    uint64_t now_ns() const;
 
     // Fiber side.
     [[noreturn]] void fault(const std::string& what);
@@ -206,6 +223,17 @@ private:
     void abort_grid(Device& d, Stream& s, const std::string& why);
     void land_copy(Device& d, size_t index);
     std::string stall_report(const Device& d, const char* headline) const;
+    bool ahead_of_busy_peer(Device& d);  // another device runs a kernel and its clock is behind
+
+public:
+    // async_proxy.cpp. A bulk copy by the running thread reads [src, src + bytes) of device memory: reports
+    // (fault) a page generic stores wrote after the thread's last fence.proxy.async, then watches the pages.
+    void check_async_read(const void* src, uint32_t bytes, Where where);
+    void fence_async();            // the running thread's fence.proxy.async: stamps it, re-arms written pages
+    void rearm_watched();          // write-protects again every watched page written since the last re-arm
+    void unwatch(uintptr_t base, size_t bytes);  // before an allocation is freed
+    void ensure_segv_handler();    // before anything may store into an armed page (a launch, a host copy)
+    static size_t page_bytes();
 };
 
 inline Engine& engine() { return Engine::get(); }

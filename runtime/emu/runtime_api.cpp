@@ -55,16 +55,17 @@ cudaError_t sync_stream(Stream& s) {
     return take_error(s);
 }
 
-void* aligned_block(size_t bytes, void** raw) {
-    *raw = std::malloc(bytes + 256);
-    if (!*raw) return nullptr;
-    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(*raw) + 255) & ~uintptr_t(255));
+// Whole pages, so that the pages a bulk copy reads can be write-protected (async_proxy.cpp) without
+// touching another allocation (and 256-byte aligned, as cudaMalloc's are).
+void* page_block(size_t bytes) {
+    const size_t page = Engine::page_bytes();
+    return std::aligned_alloc(page, (bytes + page - 1) / page * page);
 }
 
 cudaError_t allocate(void** ptr, size_t bytes, AllocKind kind) {
     Engine& e = locked_engine();
-    void* raw = nullptr;
-    void* p = aligned_block(std::max<size_t>(bytes, 1), &raw);
+    void* p = page_block(std::max<size_t>(bytes, 1));
+    void* raw = p;
     if (!p) return record(cudaErrorMemoryAllocation);
     std::memset(p, 0xcd, bytes);  // fresh device memory is garbage, not zero
     e.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{std::max<size_t>(bytes, 1), kind, t_device, e.next_alloc_id++, raw};
@@ -77,6 +78,7 @@ cudaError_t release(void* p) {
     Engine& e = locked_engine();
     auto it = e.allocations.find(reinterpret_cast<uintptr_t>(p));
     if (it == e.allocations.end()) return record(cudaErrorInvalidDevicePointer);
+    e.unwatch(it->first, it->second.bytes);
     std::free(it->second.raw);
     e.allocations.erase(it);
     return cudaSuccess;
@@ -93,6 +95,10 @@ std::string last_report() {
     return engine().report;
 }
 uint64_t decisions() { return engine().decisions; }
+uint64_t virtual_now_ns() {
+    Lock lock(engine().mutex);
+    return engine().now_ns();
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
     Lock lock(engine().mutex);
@@ -229,6 +235,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     Lock lock(engine().mutex);
     locked_engine();
     if (const cudaError_t e = sync_stream(*current_device().streams[0]); e != cudaSuccess) return record(e);
+    engine().ensure_segv_handler();  // the host may write pages bulk copies read
     std::memset(ptr, value, bytes);
     ++current_device().progress;
     return cudaSuccess;
@@ -237,6 +244,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
     Lock lock(engine().mutex);
     locked_engine();
     if (const cudaError_t e = sync_stream(*current_device().streams[0]); e != cudaSuccess) return record(e);
+    engine().ensure_segv_handler();  // the host may write pages bulk copies read
     std::memmove(dst, src, bytes);
     ++current_device().progress;
     return cudaSuccess;

@@ -72,3 +72,39 @@ TEST_CASE("CUDA emulator: a removed signal is refused on the host, a wait nobody
 }
 
 }  // namespace mk
+
+namespace mk {
+
+// The host's abort: with the device's watchdog off (0: a wait may last forever) a stuck wait never faults on
+// its own, so after the host's bound (4 x watchdog + 10 s, measured on the emulator's virtual clock) the host
+// raises the abort flag in the mailbox; the waiting thread sees it and ends the kernel with fault flag 2, the
+// host's report naming the stuck counter, within the abort's grace (max(watchdog, 2 s) + 1 s).
+TEST_CASE("CUDA emulator: the host aborts a kernel stuck without a watchdog, and it ends with a report", "[cuda][emu]") {
+    const mk_emu::Config saved = mk_emu::config();
+    mk_emu::Config c = saved;
+    c.spin_limit_ns = 3600ull * 1000000000ull;  // the emulator's own deadlock report must not come first
+    mk_emu::configure(c);
+    Model model = tiny_model();
+    Schedule s = compiled(model);
+    first_real_wait(s).waits[0].target += 1000;  // never reached
+    for (bool stepwise : {false, true}) {
+        INFO((stepwise ? "stepwise" : "resident"));
+        CudaProgramOptions co;
+        co.watchdog_ms = 0;
+        co.stepwise = stepwise;
+        auto program = make_cuda_program(model, s, co);
+        const uint64_t t0 = mk_emu::virtual_now_ns();
+        CHECK_THROWS_WITH(program->step(1, 0, {}, {}), Catch::Contains("aborted by the host") &&
+                                                           Catch::Contains("counter") && !Catch::Contains("deadlock"));
+        const double waited_s = double(mk_emu::virtual_now_ns() - t0) / 1e9;
+        CHECK(waited_s >= 10.0);       // not before the host's bound
+        CHECK(waited_s <= 10.0 + 3.0);  // and the kernel ended within the abort's grace
+        // The device is usable again: the broken program relaunches, a correct one runs.
+        CHECK_THROWS(program->step(1, 0, {}, {}));
+    }
+    Schedule good = compiled(model);
+    CHECK_NOTHROW(make_cuda_program(model, good, CudaProgramOptions{})->step(1, 0, {}, {}));
+    mk_emu::configure(saved);
+}
+
+}  // namespace mk

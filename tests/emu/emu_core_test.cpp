@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -17,10 +18,12 @@
 
 namespace {
 
+// Each case's own seeds, moved by MK_EMU_SEED when set (the opt-in sweep: tests/CMakeLists.txt).
 mk_emu::Config small(uint64_t seed, uint32_t sms = 4) {
     mk_emu::Config c;
     c.n_sms = sms;
     c.seed = seed;
+    if (const char* sweep = std::getenv("MK_EMU_SEED")) c.seed += 1000 * std::strtoull(sweep, nullptr, 10);
     c.spin_limit_ns = 50'000'000;  // 50 ms of virtual time: enough for these kernels, short for the tests
     return c;
 }
@@ -120,6 +123,33 @@ __global__ void bulk_copy(const float* src, float* out, int defect) {
     if (d == CopyDefect::read_before_wait)  // the copy must land before the block ends
         while (!mk::ptx::mbarrier_try_wait(bar, 0)) {
         }
+}
+
+// Bulk-copies `buf` into shared memory, lets warp 1 overwrite it with generic stores, then (after a
+// __syncthreads: the stores are visible to the generic proxy) bulk-copies it again, with or without the
+// fence.proxy.async the async proxy needs to see them.
+__global__ void copy_after_store(float* buf, float* out, int fenced) {
+    MK_DYNAMIC_SHARED(uint8_t, smem, 128);
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
+    float* page = reinterpret_cast<float*>(smem + 128);
+    if (threadIdx.x == 0) {
+        mk::ptx::mbarrier_init(bar, 1);
+        mk::ptx::fence_mbarrier_init();
+    }
+    __syncthreads();
+    for (uint32_t phase = 0; phase < 2; ++phase) {
+        if (threadIdx.x == 0) {
+            if (phase == 1 && fenced) mk::ptx::fence_proxy_async_global();
+            mk::ptx::mbarrier_arrive_expect_tx(bar, 256);
+            mk::ptx::bulk_copy_to_shared(page, buf, 256, bar);
+        }
+        while (!mk::ptx::mbarrier_try_wait(bar, phase)) {
+        }
+        out[64 * phase + threadIdx.x % 64] = page[threadIdx.x % 64];
+        __syncthreads();
+        if (phase == 0 && threadIdx.x >= 32 && threadIdx.x < 64) buf[threadIdx.x] = -float(threadIdx.x);
+        __syncthreads();
+    }
 }
 
 // A block that holds all of an SM's shared memory until the host sets `release`.
@@ -279,6 +309,40 @@ TEST_CASE("emulator: bulk copies land asynchronously into shared memory, their r
         CHECK(launch(CopyDefect::outside_smem) == cudaErrorLaunchFailure);
         CHECK_THAT(mk_emu::last_report(), Catch::Contains("not inside the block's shared memory"));
         cudaFree(src);
+        cudaFree(out);
+    }
+}
+
+TEST_CASE("emulator: a bulk copy of global memory that generic stores wrote since the last fence.proxy.async is "
+          "reported", "[emu]") {
+    for (uint64_t seed : {51, 52}) {
+        mk_emu::configure(small(seed));
+        float* buf = device_array<float>(64);
+        float* out = device_array<float>(128);
+        std::vector<float> host(64), got(128);
+        for (size_t i = 0; i < host.size(); ++i) host[i] = float(i) + 0.25f;
+        for (int fenced : {1, 0}) {
+            INFO("seed " << seed << (fenced ? " fenced" : " unfenced"));
+            REQUIRE(cudaMemcpy(buf, host.data(), 4 * 64, cudaMemcpyHostToDevice) == cudaSuccess);
+            const cudaError_t e = run(copy_after_store, dim3(1), dim3(64), 128 + 256, buf, out, fenced);
+            if (fenced) {
+                REQUIRE(e == cudaSuccess);
+                REQUIRE(cudaMemcpy(got.data(), out, 4 * 128, cudaMemcpyDeviceToHost) == cudaSuccess);
+                for (uint32_t i = 0; i < 64; ++i) {
+                    CHECK(got[i] == host[i]);
+                    CHECK(got[64 + i] == (i >= 32 ? -float(i) : host[i]));
+                }
+            } else {
+                CHECK(e == cudaErrorLaunchFailure);
+                CHECK_THAT(mk_emu::last_report(), Catch::Contains("written by generic stores") &&
+                                                      Catch::Contains("after this thread's last fence.proxy.async") &&
+                                                      Catch::Contains("emu_core_test.cpp"));
+            }
+        }
+        // The host may rewrite watched memory between launches (a launch orders it before the kernel's copies).
+        REQUIRE(cudaMemcpy(buf, host.data(), 4 * 64, cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(run(copy_after_store, dim3(1), dim3(64), 128 + 256, buf, out, 1) == cudaSuccess);
+        cudaFree(buf);
         cudaFree(out);
     }
 }

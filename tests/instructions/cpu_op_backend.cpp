@@ -58,6 +58,9 @@ std::vector<std::unique_ptr<OpBackend>> op_backends() {
     std::vector<std::unique_ptr<OpBackend>> out;
     out.push_back(make_cpu_op_backend(CpuDots::exact));
     out.push_back(make_cpu_op_backend(CpuDots::q16));
+#if MK_OP_TEST_EMU
+    out.push_back(make_emu_op_backend());
+#endif
     return out;
 }
 

@@ -15,12 +15,18 @@ public:
     virtual std::string name() const = 0;
     // The backend's own relative error on top of the op's tolerance (an approximation it documents).
     virtual double extra_rel() const { return 0.0; }
+    // Whether the backend runs this case (a device backend refuses weight formats its device code does not
+    // decode, as its program's upload does); the op test names the cases a backend skips.
+    virtual bool accepts(const OpBuffers&) const { return true; }
     // Runs `ins` on `buffers` (arena, weights, caches, step) as the backend's interpreter would; throws mk::Error.
     virtual void run(const Instruction& ins, OpBuffers& buffers) = 0;
 };
 
 // The CPU ops (run_cpu) with tiles staged through checked pages, in the given dot mode.
 std::unique_ptr<OpBackend> make_cpu_op_backend(CpuDots dots);
+
+// The ops' device code on the CUDA emulator (tests/emu/emu_op_backend.cpp; builds without sanitizers).
+std::unique_ptr<OpBackend> make_emu_op_backend();
 
 // Every backend this build has.
 std::vector<std::unique_ptr<OpBackend>> op_backends();

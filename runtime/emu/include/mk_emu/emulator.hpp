@@ -28,5 +28,8 @@ const Config& config();
 std::string last_report();
 // Scheduling decisions taken so far (all devices): how much work the emulation did.
 uint64_t decisions();
+// The emulated devices' virtual clock (ns; the furthest any device has advanced): what `%globaltimer`
+// reads on the device and what the host's bounds on a kernel are measured on, so both agree.
+uint64_t virtual_now_ns();
 
 }  // namespace mk_emu

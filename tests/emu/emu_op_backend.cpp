@@ -1,0 +1,111 @@
+// The CUDA emulator as a backend of the registry-driven op test (tests/instructions/op_test.cpp): each case's
+// instruction runs as the device runs it — the op's device code (its .cuh) in a kernel-per-op launch of one
+// block, tiles read in place from a blob of 16-byte-padded rows — on the emulated device.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "instructions/registry.hpp"
+#include "models/error.hpp"
+#include "runtime/cuda/device_state.hpp"
+#include "runtime/cuda/op_kernels.hpp"
+#include "runtime/cuda/upload_layout.hpp"
+#include "scheduler/compile.hpp"
+#include "tests/instructions/op_backend.hpp"
+
+namespace mk {
+
+namespace {
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host, const char* what) {
+    DeviceBuffer d(std::max<uint64_t>(host.size() * sizeof(T), 16), what);
+    if (!host.empty()) d.upload(host.data(), host.size() * sizeof(T), what);
+    return d;
+}
+
+template <typename T>
+void download(std::vector<T>& host, const DeviceBuffer& d, const char* what) {
+    check_cuda(cudaMemcpy(host.data(), d.as<void>(), host.size() * sizeof(T), cudaMemcpyDeviceToHost), what);
+}
+
+class EmuOpBackend final : public OpBackend {
+public:
+    std::string name() const override { return "cuda-emu"; }
+    bool accepts(const OpBuffers& b) const override {
+        for (size_t id = 0; id < b.formats.size(); ++id)
+            if (!b.weights[id].empty() && !device_supports(DType(b.formats[id].dtype))) return false;
+        return true;
+    }
+
+    void run(const Instruction& ins, OpBuffers& b) override {
+        const OpInfo& op = op_info(ins.opcode);
+        check_weight_ids(ins, b.formats);
+        // The CUDA backend's weight layout: rows padded to kDeviceRowAlign, one blob.
+        const std::vector<WeightFormat> padded = padded_row_formats(b.formats, kDeviceRowAlign);
+        std::vector<std::vector<uint8_t>> rows(b.formats.size());
+        std::vector<WeightRef> refs(b.formats.size());
+        for (size_t id = 0; id < b.formats.size(); ++id) {
+            const WeightFormat &f = b.formats[id], &p = padded[id];
+            if (b.weights[id].empty()) continue;
+            rows[id].assign(uint64_t(p.rows) * p.row_bytes, 0);
+            for (uint32_t r = 0; r < f.rows; ++r)
+                std::memcpy(rows[id].data() + uint64_t(r) * p.row_bytes, b.weights[id].data() + uint64_t(r) * f.row_bytes,
+                            f.row_bytes);
+            refs[id] = {rows[id].data(), DType(p.dtype), p.rows, p.cols, p.row_bytes};
+        }
+        const WeightBlob blob = build_weight_blob(refs);
+        const DeviceBuffer blob_dev = upload(blob.bytes, "weights");
+        const DeviceBuffer weights_dev = upload(device_weights(blob, blob_dev.as<uint8_t>()), "weight table");
+
+        const PagePlan plan = op.page_plan(ins, PlanInputs{padded.data(), b.page_bytes, b.max_pages});
+        std::vector<DeviceTile> tiles;
+        for (const Tile& t : plan.tiles) {
+            const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * blob.weights.at(t.weight).row_bytes;
+            if (src % kDeviceRowAlign || t.bytes % kDeviceRowAlign)
+                fail("{}: tile of weight {} ({} bytes at {}) is not a 16-byte bulk copy", op.describe(ins), t.weight,
+                     t.bytes, src);
+            tiles.push_back({src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows});
+        }
+        const DeviceBuffer tiles_dev = upload(tiles, "tiles");
+        const DeviceBuffer tile_begin_dev = upload(std::vector<uint32_t>{0, uint32_t(tiles.size())}, "tile index");
+        const DeviceBuffer ins_dev = upload(std::vector<Instruction>{ins}, "instruction");
+
+        const DeviceBuffer arena = upload(b.arena, "arena"), k_cache = upload(b.k_cache, "K cache"),
+                           v_cache = upload(b.v_cache, "V cache"), rope = upload(b.rope_inv_freq, "rope");
+        // One allocation holds every rank's region, so every rank's entry holds the same bases.
+        const std::vector<RankMemory> ranks(b.n_ranks, RankMemory{arena.as<uint8_t>(), k_cache.as<float>(),
+                                                                  v_cache.as<float>(), nullptr});
+        const DeviceBuffer ranks_dev = upload(ranks, "rank table");
+        const DeviceBuffer step = upload(std::vector<int32_t>{b.step.pos, b.step.token}, "step state");
+
+        BatchLaunch l{};
+        l.instructions = ins_dev.as<Instruction>();
+        l.tile_begin = tile_begin_dev.as<uint32_t>();
+        l.tiles = tiles_dev.as<DeviceTile>();
+        l.weight_blob = blob_dev.as<uint8_t>();
+        l.ctx.dims = b.dims;
+        l.ctx.rope_inv_freq = rope.as<float>();
+        l.ctx.arena = arena.as<uint8_t>();
+        l.ctx.ranks = ranks_dev.as<RankMemory>();
+        l.ctx.weights = weights_dev.as<DeviceWeight>();
+        l.ctx.k_cache = k_cache.as<float>();
+        l.ctx.v_cache = v_cache.as<float>();
+        l.ctx.ctx_len = b.ctx_len;
+        l.step_state = step.as<int32_t>();
+        l.count = 1;
+        l.threads = kBatchMaxThreads;
+        l.scratch_bytes = uint32_t(op_scratch_bytes(b.dims));
+        check_cuda(launch_instruction_batch(l, nullptr), "launching the op on the emulator");
+        check_cuda(cudaDeviceSynchronize(), "running the op on the emulator");
+        download(b.arena, arena, "arena");
+        download(b.k_cache, k_cache, "K cache");
+        download(b.v_cache, v_cache, "V cache");
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<OpBackend> make_emu_op_backend() { return std::make_unique<EmuOpBackend>(); }
+
+}  // namespace mk

@@ -13,7 +13,8 @@
 
 namespace mk {
 
-// Runs one instruction with the team and tiles given (an unknown opcode was refused on the host).
+// Runs one instruction with the team and tiles given (an unknown opcode, or one without device code, was
+// refused on the host).
 template <class Tiles>
 __device__ inline void run_device_op(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles& tiles) {
     switch (Opcode(ins.opcode)) {
@@ -21,7 +22,9 @@ __device__ inline void run_device_op(const Instruction& ins, const DeviceOpConte
     case Opcode::snake:                                 \
         Pascal##Device::run(ins, ctx, team, tiles);     \
         break;
+#define MK_HOST_OP(snake, Pascal)
 #include "instructions/ops.def"
+#undef MK_HOST_OP
 #undef MK_OP
     default:
         break;
@@ -34,7 +37,9 @@ __device__ inline Effects device_effects(const Instruction& ins) {
 #define MK_OP(snake, Pascal) \
     case Opcode::snake:      \
         return Pascal##Op::effects(ins);
+#define MK_HOST_OP(snake, Pascal)
 #include "instructions/ops.def"
+#undef MK_HOST_OP
 #undef MK_OP
     default:
         return {};

@@ -10,3 +10,10 @@
 #include "instructions/rms_qkv/rms_qkv.hpp"
 #include "instructions/sample/sample.hpp"
 #include "instructions/transfer/transfer.hpp"
+// Prefill ops (MK_HOST_OP: no device code yet).
+#include "instructions/attn_rows/attn_rows.hpp"
+#include "instructions/embed_rows/embed_rows.hpp"
+#include "instructions/matmul_add/matmul_add.hpp"
+#include "instructions/rms_gate_up_rows/rms_gate_up_rows.hpp"
+#include "instructions/rms_lm_head_rows/rms_lm_head_rows.hpp"
+#include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"

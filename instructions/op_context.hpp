@@ -21,7 +21,8 @@ struct SamplingParams {
 // Set by the host (or the device-side loop) before each step.
 struct StepState {
     int32_t token = 0;     // input token of this step
-    int32_t pos = 0;       // its position
+    int32_t pos = 0;       // its position (a prefill step: the chunk's first)
+    int32_t n_tokens = 1;  // a prefill step: the chunk's tokens (at most the schedule's T; the arena holds them)
     uint32_t epoch = 0;    // steps completed since the program started (counters are relative to it)
     SamplingParams sampling;
     const int32_t* history = nullptr;  // tokens so far, for the repetition penalty

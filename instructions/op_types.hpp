@@ -53,6 +53,7 @@ struct WeightFormat {
 // the KV caches are (layer, kv_head, position, head_dim) fp32.
 enum class Space : uint8_t { arena, k_cache, v_cache };
 // How a KV-cache region depends on the step's position.
+// A prefill step runs n_pos positions from pos: at_pos is then rows pos..pos+n_pos-1, upto_pos rows 0..pos+n_pos-1.
 enum class PosMode : uint8_t { none, at_pos, upto_pos };
 
 struct Access {
@@ -62,6 +63,7 @@ struct Access {
     uint64_t begin = 0, end = 0;
     bool write = false;
     PosMode pos = PosMode::none;
+    uint32_t n_pos = 1;  // positions of the step (a prefill chunk's T; 1 in a decode step)
 };
 
 // A contiguous run of weight rows the op streams through one shared-memory page.

@@ -16,6 +16,14 @@ const OpInfo kOps[] = {
 #undef MK_OP
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == size_t(Opcode::count));
+const bool kDeviceCode[] = {
+#define MK_OP(snake, Pascal) true,
+#define MK_HOST_OP(snake, Pascal) false,
+#include "instructions/ops.def"
+#undef MK_HOST_OP
+#undef MK_OP
+};
+static_assert(sizeof(kDeviceCode) / sizeof(kDeviceCode[0]) == size_t(Opcode::count));
 // Each spec names its own opcode and Args: a folder wired to the wrong line of ops.def does not compile.
 #define MK_OP(snake, Pascal)                                                                                     \
     static_assert(Pascal##Op::opcode == Opcode::snake, #Pascal "Op::opcode is not Opcode::" #snake);              \
@@ -39,6 +47,8 @@ void check_weight_ids(const Instruction& ins, const std::vector<WeightFormat>& f
 }
 
 bool is_valid_opcode(uint16_t opcode) { return opcode < uint16_t(Opcode::count); }
+
+bool has_device_code(uint16_t opcode) { return is_valid_opcode(opcode) && kDeviceCode[opcode]; }
 
 const OpInfo& op_info(uint16_t opcode) {
     if (!is_valid_opcode(opcode)) fail("unknown opcode {}", opcode);

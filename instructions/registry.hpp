@@ -44,6 +44,8 @@ Instruction make_instruction(const typename Op::Args& args) {
 std::vector<uint32_t> present(std::initializer_list<uint32_t> ids);
 
 bool is_valid_opcode(uint16_t opcode);
+// False for the ops of ops.def's MK_HOST_OP lines (the prefill ops): the CUDA backends cannot run them.
+bool has_device_code(uint16_t opcode);
 // Throws mk::Error when the instruction names a weight id outside `formats` or one the model lacks
 // (every other spec function indexes the formats by these ids, so check this first).
 void check_weight_ids(const Instruction& ins, const std::vector<WeightFormat>& formats);

@@ -72,5 +72,9 @@ void quantize_activations_q16(const float* x, int64_t n, BlockQ16* out);
 float dot_row_q16(DType dtype, const void* row, const BlockQ16* xq, int64_t n);
 float dot_row_q16(CpuIsa isa, DType dtype, const void* row, const BlockQ16* xq, int64_t n);
 void quantize_activations_q16(CpuIsa isa, const float* x, int64_t n, BlockQ16* out);
+// A row against several columns of blocks (a prefill chunk's tokens): out[j * out_stride] = dot_row_q16(dtype, row,
+// xq + j * x_stride, n) for j < n_cols, up to float rounding; each weight block is decoded once for 4 columns.
+void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t n, int64_t x_stride, uint32_t n_cols,
+                      float* out, size_t out_stride);
 
 }  // namespace mk

@@ -162,6 +162,20 @@ void quantize_activations_q16(CpuIsa isa, const float* x, int64_t n, BlockQ16* o
     kernels(isa).quantize_q16(x, n, out);
 }
 
+void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t n, int64_t x_stride, uint32_t n_cols,
+                      float* out, size_t out_stride) {
+    const CpuKernels& k = active_kernels();
+    const uint32_t s = quant::slot(dtype);
+    quant::DotQ16ColsFn f = s < quant::kDTypeSlots ? k.dot_q16_cols[s] : nullptr;
+    if (!f) {
+        for (uint32_t j = 0; j < n_cols; ++j) out[j * out_stride] = dot_q16_with(k, dtype, row, xq + j * x_stride, n);
+        return;
+    }
+    if (n < 0 || (n & block_mask(dtype))) [[unlikely]]
+        bad_row(dtype, n, "dot_row_q16_cols");
+    f(static_cast<const uint8_t*>(row), xq, n, x_stride, n_cols, out, out_stride);
+}
+
 void quantize_activations_q16(const float* x, int64_t n, BlockQ16* out) {
     check_activations(n, "quantize_activations_q16");
     active_kernels().quantize_q16(x, n, out);

@@ -11,6 +11,9 @@ namespace mk::quant {
 using DotFn = float (*)(const uint8_t* row, const float* x, int64_t n);
 using DotQ16Fn = float (*)(const uint8_t* row, const BlockQ16* xq, int64_t n);
 using QuantizeQ16Fn = void (*)(const float* x, int64_t n, BlockQ16* out);
+// out[j * out_stride] = the dot of row with columns xq + j * x_stride (blocks), j < n_cols.
+using DotQ16ColsFn = void (*)(const uint8_t* row, const BlockQ16* xq, int64_t n, int64_t x_stride, uint32_t n_cols,
+                              float* out, size_t out_stride);
 
 constexpr uint32_t kDTypeSlots = 31;  // GGML type ids 0..30; BF16 (30) is the largest mk supports
 
@@ -18,6 +21,7 @@ struct CpuKernels {
     DotFn dot[kDTypeSlots] = {};       // null: a type mk does not support
     DotQ16Fn dot_q16[kDTypeSlots] = {};  // null: no 16-bit activation dot for this type
     QuantizeQ16Fn quantize_q16 = nullptr;
+    DotQ16ColsFn dot_q16_cols[kDTypeSlots] = {};  // null: one dot_q16 per column
 };
 
 inline uint32_t slot(DType dtype) { return uint32_t(dtype); }

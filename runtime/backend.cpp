@@ -1,6 +1,9 @@
 // Backend selection (see backend.hpp).
 #include "runtime/backend.hpp"
 
+#include <optional>
+
+#include "instructions/registry.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/upload_layout.hpp"
 #include "runtime/emu/emu_program.hpp"
@@ -99,6 +102,12 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
+    if (is_cuda_backend(backend))
+        for (const auto& stream : schedule.streams)
+            for (const Instruction& ins : stream)
+                if (!has_device_code(ins.opcode))
+                    fail("--backend {}: the schedule holds {}, which has no CUDA implementation yet (prefill schedules "
+                         "run on the cpu backend)", backend, op_info(ins.opcode).name);
     if (is_emulated(backend)) {
         if (schedule.tp_size > 1 && backend == "cuda-kernels-emu" && !o.tp_loopback)
             fail("--tp {} --backend cuda-kernels-emu: the kernel-per-op baseline runs tensor parallel only on one GPU; "
@@ -144,7 +153,14 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     if (o.cpu_dots != "exact" && o.cpu_dots != "q16")
         fail("--cpu-dots {}: expected exact (fp32 activations) or q16 (16-bit activation blocks)", o.cpu_dots);
     po.dots = o.cpu_dots == "exact" ? CpuDots::exact : CpuDots::q16;
-    return make_cpu_program(model, std::move(schedule), po);
+    // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target and weight formats
+    // (not yet with tensor parallelism: those run token by token).
+    std::optional<Schedule> prefill;
+    if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
+    if (o.batch > 1 && schedule.tp_size == 1)
+        prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
+                                           o.batch, o.all_logits);
+    return make_cpu_program(model, std::move(schedule), po, std::move(prefill));
 }
 
 std::unique_ptr<Program> make_program(const Model& model, const api::BackendOptions& o) {

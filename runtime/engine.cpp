@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "instructions/sample/sampling.hpp"
 #include "models/error.hpp"
 
 namespace mk {
@@ -54,14 +55,28 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
 
     auto t0 = std::chrono::steady_clock::now();
     int32_t next = -1;
-    for (size_t i = n_past; i < history.size(); ++i) {
-        // The penalty sees every token in the context, the one being run included (as in generation).
-        next = program_->step(history[i], int32_t(i), options.sampling, std::span(history.data(), i + 1));
-        stats.n_past = int32_t(i) + 1;
+    // In prefill chunks where the program has a prefill schedule, else token by token.
+    const uint32_t chunk = program_->prefill_tokens();
+    for (size_t i = n_past; i < history.size();) {
+        const size_t n = chunk ? std::min<size_t>(chunk, history.size() - i) : 1;
+        if (chunk) {
+            program_->prefill(std::span(history.data() + i, n), int32_t(i));
+        } else {
+            // The penalty sees every token in the context, the one being run included (as in generation).
+            next = program_->step(history[i], int32_t(i), options.sampling, std::span(history.data(), i + 1));
+        }
+        i += n;
+        stats.n_past = int32_t(i);
         if (options.cancel && options.cancel->load()) {
             stats.cancelled = true;
             break;
         }
+    }
+    // A prefill does not sample: the decode step's rule and (seed, position) key, on the host.
+    if (chunk && !stats.cancelled) {
+        const std::span<const float> z = program_->logits();
+        next = sample_token(z.data(), uint32_t(z.size()), options.sampling, history.data(), int32_t(history.size()),
+                            int32_t(history.size()) - 1);
     }
     stats.prompt_ms = ms_since(t0);
 

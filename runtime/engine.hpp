@@ -1,5 +1,5 @@
-// The generation loop over a Program: prompt tokens through the same step as generation, sampling,
-// end-of-generation, streamed UTF-8 text, cancellation and timings. A Program that runs the loop on
+// The generation loop over a Program: prompt tokens in prefill chunks where the program has a prefill schedule (else
+// through the same step as generation), sampling, end-of-generation, streamed UTF-8 text, cancellation and timings. A Program that runs the loop on
 // its device (the resident CUDA kernel) gets the whole generation as one run_generation call.
 #pragma once
 #include <atomic>

@@ -39,7 +39,7 @@ void check_access(const Schedule& s, const ProgramMemory& memory, const Access& 
     if ((a.space == Space::k_cache ? memory.k_cache : memory.v_cache) == nullptr || memory.ctx_len == 0)
         fail("{} the {} cache, but the program has none", what, cache);
     if (a.pos == PosMode::none) fail("{} the {} cache without a position mode", what, cache);
-    if (detect_races && a.write && a.pos != PosMode::at_pos)
+    if (detect_races && a.write && (a.pos != PosMode::at_pos || a.n_pos != 1))
         fail("writes the {} cache at more than the step's position, which the race detector does not track", cache);
 }
 

@@ -1,5 +1,5 @@
 // The Program defaults every backend shares: truncating to nothing, and refusing KV-cache copies where
-// a backend keeps no host copy of its cache.
+// a backend keeps no host copy of its cache, and prefill where it has no prefill schedule.
 #include "runtime/program.hpp"
 
 #include "models/error.hpp"
@@ -21,6 +21,14 @@ void Program::read_kv(uint32_t, std::span<float>, std::span<float>) const {
 
 void Program::write_kv(uint32_t, std::span<const float>, std::span<const float>) {
     fail("the {} backend cannot load a session's KV cache yet", backend_name());
+}
+
+void Program::prefill(std::span<const int32_t>, int32_t) {
+    fail("the {} backend has no multi-token prefill; run the prompt token by token", backend_name());
+}
+
+std::span<const float> Program::prefill_logits() const {
+    fail("the {} backend keeps no logits of every prefill token (a prefill schedule with all logits)", backend_name());
 }
 
 }  // namespace mk

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,8 +51,18 @@ public:
     // Runs `token` at position `pos` (0-based; positions must follow each other from 0 after reset)
     // and returns the token sampled with `params`; history feeds the repetition penalty.
     virtual int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) = 0;
-    // The logits of the last step: (vocab) fp32.
+    // The logits of the last step: (vocab) fp32 (after a prefill: of its last token).
     virtual std::span<const float> logits() const = 0;
+    // Multi-token prefill, where the program was built with a prefill schedule (make_cpu_program's `prefill`):
+    // the largest chunk one prefill call runs (0: none; the prompt then runs token by token through step).
+    virtual uint32_t prefill_tokens() const { return 0; }
+    // Whether prefill_logits() gives every token's logits (a prefill schedule compiled with all_logits).
+    virtual bool prefill_all_logits() const { return false; }
+    // Runs tokens (1 to prefill_tokens()) at positions pos, pos + 1, ... in one step, as that many steps would,
+    // without sampling; positions follow the previous step's as in step().
+    virtual void prefill(std::span<const int32_t> tokens, int32_t pos);
+    // After a prefill with all logits: (n_tokens, vocab) fp32, token j's logits at row j.
+    virtual std::span<const float> prefill_logits() const;
     // Forgets the sequence (a new generation starts at position 0).
     virtual void reset() = 0;
     // Keeps the first n_past positions (at most those run): the next step runs at position n_past.
@@ -80,7 +91,10 @@ public:
 // (a tensor-parallel schedule's layers are its ranks' stacked layers).
 uint64_t kv_floats(const Schedule& schedule, uint32_t n_past);
 
-// The CPU backend. Throws mk::Error when the schedule does not fit the model or the memory.
-std::unique_ptr<Program> make_cpu_program(const Model& model, Schedule schedule, const ProgramOptions& options);
+// The CPU backend. Throws mk::Error when the schedule does not fit the model or the memory. `prefill`, when
+// given, is a prefill schedule (compile_prefill_schedule) for the same model and weight formats: the program's
+// prefill() runs it over the same weights and KV cache.
+std::unique_ptr<Program> make_cpu_program(const Model& model, Schedule schedule, const ProgramOptions& options,
+                                          std::optional<Schedule> prefill = std::nullopt);
 
 }  // namespace mk

@@ -93,4 +93,13 @@ Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFor
     return s;
 }
 
+Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
+                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits) {
+    Graph graph = build_prefill_graph(model_dims(config), weights, target, n_tok, all_logits);
+    Schedule s = build_schedule(graph, assign(graph, target, policy), target);
+    s.config_hash = config.hash();
+    s.policy = policy_name(policy);
+    return s;
+}
+
 }  // namespace mk

@@ -29,5 +29,8 @@ std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, 
 // `weights` by schedule weight id: weight_formats, or tp_weight_formats for tp > 1 (then padded for CUDA).
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
                           Policy policy, uint32_t tp = 1);
+// The prefill step for chunks of up to n_tok tokens (its logits: the chunk's last token's, or every token's).
+Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
+                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits);
 
 }  // namespace mk

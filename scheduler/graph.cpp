@@ -24,13 +24,6 @@ constexpr uint32_t kTransferChunks = 4;
 
 uint32_t div_up(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
-// Rows per block so that a matrix of `rows` rows spreads over about `n_sms` blocks, a multiple of `align`.
-uint32_t block_rows(uint32_t rows, uint32_t n_sms, uint32_t align) {
-    uint32_t per = std::max(kMinBlockRows, div_up(rows, n_sms));
-    per = div_up(per, align) * align;
-    return std::min(per, div_up(rows, align) * align);
-}
-
 // One rank's activation buffers (arena byte offsets, rank 0's region plus rank * rank_arena_bytes).
 struct RankBuffers {
     uint32_t x, q, attn_o, attn_ml, attn_out, act, logits, argmax, token;
@@ -308,6 +301,12 @@ Graph GraphBuilder::build() {
 }
 
 }  // namespace
+
+uint32_t block_rows(uint32_t rows, uint32_t n_sms, uint32_t align) {
+    uint32_t per = std::max(kMinBlockRows, div_up(rows, n_sms));
+    per = div_up(per, align) * align;
+    return std::min(per, div_up(rows, align) * align);
+}
 
 Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
                          uint32_t tp) {

@@ -41,4 +41,12 @@ struct Graph : ScheduleLayout {
 Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
                          uint32_t tp = 1);
 
+// The prefill step for a chunk of up to n_tok tokens (prefill_graph.cpp): the batched ops, the LM head for the
+// chunk's last token or, with all_logits, for every token. No tensor parallelism yet.
+Graph build_prefill_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
+                          uint32_t n_tok, bool all_logits);
+
+// Rows per block so that a matrix of `rows` rows spreads over about `n_sms` blocks (at least 16), a multiple of `align`.
+uint32_t block_rows(uint32_t rows, uint32_t n_sms, uint32_t align);
+
 }  // namespace mk

@@ -13,7 +13,7 @@
 
 namespace mk {
 
-inline constexpr uint32_t kScheduleVersion = 2;  // 2: tensor parallel (tp_size, rank_arena_bytes, link)
+inline constexpr uint32_t kScheduleVersion = 3;  // 2: tensor parallel (tp_size, rank_arena_bytes, link); 3: prefill
 
 struct CounterInfo {
     std::string name;
@@ -38,6 +38,10 @@ struct ScheduleLayout {
     uint64_t arena_bytes = 0;
     uint32_t logits_off = 0;            // (vocab) fp32 (rank 0's)
     uint32_t token_off = 0;             // (1) i32: the sampled token (rank 0's)
+    // A prefill step (scheduler/prefill_graph.cpp) runs a chunk of up to prefill_tokens tokens at once; 0: a decode step.
+    uint32_t prefill_tokens = 0;
+    uint32_t all_logits = 0;            // prefill: logits of every chunk position (T, vocab), else of its last (vocab)
+    uint32_t tokens_off = 0;            // prefill: (T) i32 the chunk's tokens, written by the host before the step
 };
 
 struct Schedule : ScheduleLayout {

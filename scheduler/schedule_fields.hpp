@@ -47,6 +47,9 @@ void visit_schedule_fields(S& s, Visit&& v) {
     v("", "arena_bytes", s.arena_bytes);
     v("", "logits_off", s.logits_off);
     v("", "token_off", s.token_off);
+    v("", "prefill_tokens", s.prefill_tokens);
+    v("", "all_logits", s.all_logits);
+    v("", "tokens_off", s.tokens_off);
     v("", "counters", s.counters);
     v("", "streams", s.streams);
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,8 @@ namespace {
 
 struct BenchCli {
     std::string model, output = "md";
-    int32_t n_prompt = 512, n_gen = 128, reps = 5;
+    std::vector<int32_t> n_prompt{512}, n_gen{128};
+    int32_t reps = 5;
     BackendOptions backend;
 };
 
@@ -41,7 +43,8 @@ struct BenchResult {
 
 // Tokens/s of `n` steps from position 0, greedy, as one generation through the API, so a backend that
 // runs the generation loop on its device (the resident CUDA kernel) gets it as one command: tgN generates
-// n tokens from a one-token prompt, ppN feeds an n-token prompt (a fixed pseudo-random token stream).
+// n tokens from a one-token prompt, ppN feeds an n-token prompt (a fixed pseudo-random token stream; on the
+// cpu backend in prefill chunks of --batch tokens).
 double time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) {
     std::vector<int32_t> tokens(size_t(prompt ? n : 1));
     for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = int32_t((1 + int64_t(p) * 7919) % vocab);
@@ -61,8 +64,10 @@ void register_bench(CLI::App& app) {
     auto o = std::make_shared<BenchCli>();
     CLI::App* cmd = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) throughput, like llama-bench");
     cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec such as synthetic:llama-3.2-1b:bf16");
-    cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("-n,--n-gen", o->n_gen, "Generated tokens for the tg test (0: skip)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp tests, a list such as 64,512 (0: skip)")
+        ->delimiter(',')->check(CLI::NonNegativeNumber);
+    cmd->add_option("-n,--n-gen", o->n_gen, "Generated tokens for the tg tests, a list (0: skip)")
+        ->delimiter(',')->check(CLI::NonNegativeNumber);
     cmd->add_option("-r,--repetitions", o->reps, "Repetitions of each test")->check(CLI::PositiveNumber);
     cmd->add_option("-o,--output", o->output, "md | json | csv")->check(CLI::IsMember({"md", "json", "csv"}));
     add_backend_options(cmd, o->backend);
@@ -70,15 +75,18 @@ void register_bench(CLI::App& app) {
         const api::Model model = api::Model::load(o->model);
         const api::ModelInfo info = model.info();
         BackendOptions backend = o->backend;
-        if (!backend.ctx_len) backend.ctx_len = uint32_t(std::max(o->n_prompt, o->n_gen) + 1);
+        std::vector<BenchResult> results;
+        int32_t longest = 0;
+        for (int32_t n : o->n_prompt)
+            if (n) results.push_back({fmt::format("pp{}", n), n, {}}), longest = std::max(longest, n);
+        for (int32_t n : o->n_gen)
+            if (n) results.push_back({fmt::format("tg{}", n), n, {}}), longest = std::max(longest, n);
+        if (results.empty()) fail("nothing to measure: both -p and -n are 0");
+        if (!backend.ctx_len) backend.ctx_len = uint32_t(longest + 1);
         api::Session session = model.new_session(backend);
         const int32_t vocab = int32_t(info.vocab_size);
-
-        std::vector<BenchResult> results;
-        if (o->n_prompt) results.push_back({fmt::format("pp{}", o->n_prompt), o->n_prompt, {}});
-        if (o->n_gen) results.push_back({fmt::format("tg{}", o->n_gen), o->n_gen, {}});
-        if (results.empty()) fail("nothing to measure: both -p and -n are 0");
-        time_steps(session, std::min(8, std::max(o->n_prompt, o->n_gen)), vocab, false);  // warm-up
+        time_steps(session, std::min(8, longest), vocab, false);  // warm-up: decode steps and a prefill chunk
+        time_steps(session, std::min(int32_t(backend.batch), longest), vocab, true);
         for (BenchResult& r : results) {
             for (int32_t i = 0; i < o->reps; ++i) {
                 fmt::print(stderr, "\rmk bench: {} repetition {}/{} ...   ", r.test, i + 1, o->reps);

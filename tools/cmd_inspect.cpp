@@ -47,6 +47,9 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
     const std::string ranks = s.tp_size > 1 ? fmt::format("{} ranks x ", s.tp_size) : "";
     fmt::print("target {} ({}{} SMs, {} pages of {} bytes), policy {}, config hash {:016x}\n", s.target.name, ranks,
                s.target.n_sms, s.target.n_pages, s.target.page_bytes, s.policy, s.config_hash);
+    if (s.prefill_tokens)
+        fmt::print("prefill step: chunks of up to {} tokens, logits of {}\n", s.prefill_tokens,
+                   s.all_logits ? "every token" : "the last token");
     fmt::print("{} instructions, {} counters, arena {} bytes, {} attention chunks, {} LM-head blocks\n\n",
                s.n_instructions(), s.counters.size(), s.arena_bytes, s.n_attn_parts, s.n_lm_blocks);
     if (options.device) {

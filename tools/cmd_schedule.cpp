@@ -1,4 +1,5 @@
-// mk schedule: compile a model's decode step for a target, verify it and write it as .mks (and JSON).
+// mk schedule: compile a model's decode step (or with --prefill T its prefill step) for a target, verify it and
+// write it as .mks (and JSON).
 // A synthetic spec compiles from its shape alone, so shapes too big to write (llama-3.1-70b) schedule too.
 #include <fmt/core.h>
 
@@ -22,6 +23,8 @@ void register_schedule(CLI::App& app) {
     struct Options {
         std::string model, out, json;
         BackendOptions backend;
+        uint32_t prefill = 0;
+        bool all_logits = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("schedule", "Compile a model's decode step into per-SM instruction streams (.mks)");
@@ -43,6 +46,11 @@ void register_schedule(CLI::App& app) {
     cmd->add_option("--tp-loopback", o->backend.tp_loopback,
                     "cuda: N ranks sharing one GPU (each rank gets 1/N of its SMs)")
         ->check(CLI::Range(1u, 64u));
+    cmd->add_option("--prefill", o->prefill,
+                    "Compile the prefill step for chunks of T prompt tokens instead of the decode step (cpu backend, "
+                    "no --tp yet)")
+        ->check(CLI::Range(1u, 4096u));
+    cmd->add_flag("--all-logits", o->all_logits, "With --prefill: the logits of every token of the chunk, not only the last");
     cmd->callback([o] {
         const Target target = resolve_target(o->backend);
         const uint32_t tp = resolve_tp(o->backend);
@@ -58,7 +66,11 @@ void register_schedule(CLI::App& app) {
             formats = backend_weight_formats(model, o->backend);
         }
         const auto t0 = std::chrono::steady_clock::now();
-        Schedule s = compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp);
+        if (o->all_logits && !o->prefill) fail("--all-logits goes with --prefill T");
+        if (o->prefill && tp > 1) fail("--prefill {}: tensor-parallel prefill schedules are not built yet", o->prefill);
+        Schedule s = o->prefill ? compile_prefill_schedule(config, formats, target, parse_policy(o->backend.policy),
+                                                           o->prefill, o->all_logits)
+                                : compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp);
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());
@@ -73,7 +85,8 @@ void register_schedule(CLI::App& app) {
                                               : fmt::format("{} SMs", s.streams.size());
         const std::string peak = s.tp_size > 1 ? fmt::format("{} x {:.0f}", s.tp_size, target.bandwidth_gbs)
                                                : fmt::format("{:.0f}", target.bandwidth_gbs);
-        fmt::print("{}: {} instructions on {} ({}), {} counters, policy {}\n", o->out, s.n_instructions(), sms,
+        const std::string step = s.prefill_tokens ? fmt::format("prefill step of {} tokens", s.prefill_tokens) : "decode step";
+        fmt::print("{}: {}, {} instructions on {} ({}), {} counters, policy {}\n", o->out, step, s.n_instructions(), sms,
                    target.name, s.counters.size(), s.policy);
         fmt::print("compiled in {:.1f} ms, verified in {:.1f} ms: {}\n", compile_ms, report.stats.elapsed_ms,
                    report.ok ? "ok" : "failed");

@@ -44,7 +44,8 @@ public:
     Session& operator=(Session&&) noexcept;
     ~Session();
 
-    // Runs `tokens` at the next positions and returns the token sampled after the last one.
+    // Runs `tokens` at the next positions and returns the token sampled after the last one. On the cpu backend
+    // they run in prefill chunks of BackendOptions::batch tokens (each weight read once a chunk).
     int32_t feed(std::span<const int32_t> tokens, const SamplingOptions& sampling = {});
     int32_t step(int32_t token, const SamplingOptions& sampling = {}) { return feed({&token, 1}, sampling); }
     // Tokenizes `text` (BOS only at position 0) and feeds it.
@@ -52,6 +53,8 @@ public:
 
     // The logits after the last token fed: (vocab) fp32, valid until the next feed or generate.
     std::span<const float> logits() const;
+    // With BackendOptions::all_logits: the logits of every token of the last feed, (tokens, vocab) fp32 row-major.
+    std::span<const float> feed_logits() const;
     // Samples from logits() by the same rule and (seed, position) key as the backend's own sampler.
     int32_t sample(const SamplingOptions& sampling) const;
 

@@ -61,6 +61,40 @@ private:
     bool q16_, quantized_ = false;
 };
 
+// The input columns of a prefill op: n_cols vectors of n fp32 values, (n_cols, n) row-major. dots() takes one
+// weight row against every column while the row is in L1 (the row is read once per chunk, not once per token);
+// q16 quantizes all columns on the first dot that needs it, as RowDots does for one, and decodes each weight
+// block once for 4 columns (dot_row_q16_cols).
+class ColumnDots {
+public:
+    ColumnDots(const OpContext& ctx, const float* x, uint32_t n, uint32_t n_cols)
+        : x_(x), n_(n), n_cols_(n_cols), q16_(ctx.dots == CpuDots::q16 && n % kActivationBlockValues == 0) {}
+    // out[j * stride] = row . column j.
+    void dots(DType dtype, const uint8_t* row, float* out, uint32_t stride) {
+        if (!q16_ || !has_q16_dot(dtype)) {
+            for (uint32_t j = 0; j < n_cols_; ++j) out[size_t(j) * stride] = dot_row(dtype, row, x_ + size_t(j) * n_, n_);
+            return;
+        }
+        const uint32_t per = n_ / kActivationBlockValues;
+        if (!quantized_) {
+            blocks().resize(size_t(per) * n_cols_);
+            for (uint32_t j = 0; j < n_cols_; ++j)
+                quantize_activations_q16(x_ + size_t(j) * n_, n_, blocks().data() + size_t(j) * per);
+            quantized_ = true;
+        }
+        dot_row_q16_cols(dtype, row, blocks().data(), n_, per, n_cols_, out, stride);
+    }
+
+private:
+    static std::vector<BlockQ16>& blocks() {
+        thread_local std::vector<BlockQ16> buffer;
+        return buffer;
+    }
+    const float* x_;
+    uint32_t n_, n_cols_;
+    bool q16_, quantized_ = false;
+};
+
 // Visits every row of the instruction's tiles that belong to `weight`, in tile order:
 // visit(row_index, row_bytes_pointer).
 template <typename Visit>

@@ -33,6 +33,8 @@ struct Session::Impl {
     Engine engine;
     std::vector<int32_t> tokens;               // in the KV cache, positions 0..n-1
     bool has_logits = false;                   // the program's logits belong to tokens.back()
+    bool keep_all_logits = false;              // BackendOptions::all_logits: fill fed_logits on every feed
+    std::vector<float> fed_logits;             // (tokens of the last feed, vocab) fp32
     std::atomic<bool> cancel{false};
 };
 

@@ -91,7 +91,9 @@ Schedule Model::compile(const BackendOptions& options) const {
 
 Session Model::new_session(const BackendOptions& options) const {
     return guard("session", [&] {
-        return Session(std::make_unique<Session::Impl>(impl_, make_program(impl_->model, options)));
+        auto session = std::make_unique<Session::Impl>(impl_, make_program(impl_->model, options));
+        session->keep_all_logits = options.all_logits;
+        return Session(std::move(session));
     });
 }
 
@@ -101,7 +103,9 @@ Session Model::new_session(const Schedule& schedule, const BackendOptions& optio
             fail("the schedule already fixes the target; drop schedule_file, target and sms");
         const mk::Schedule& s = schedule.impl().schedule;
         check_schedule_for(impl_->model, s, "schedule");
-        return Session(std::make_unique<Session::Impl>(impl_, make_program(impl_->model, s, options)));
+        auto session = std::make_unique<Session::Impl>(impl_, make_program(impl_->model, s, options));
+        session->keep_all_logits = options.all_logits;
+        return Session(std::move(session));
     });
 }
 

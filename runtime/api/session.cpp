@@ -2,6 +2,8 @@
 // generations through the Engine.
 #include "mk/session.hpp"
 
+#include <algorithm>
+
 #include "instructions/sample/sampling.hpp"
 #include "runtime/api/impl.hpp"
 
@@ -41,17 +43,32 @@ int32_t Session::feed(std::span<const int32_t> tokens, const SamplingOptions& sa
             fail("{} tokens after {} do not fit the context of {}", tokens.size(), impl_->tokens.size(),
                  program.ctx_len());
         int32_t next = -1;
-        for (int32_t id : tokens) {
-            impl_->tokens.push_back(id);
+        impl_->fed_logits.clear();
+        const uint32_t chunk = program.prefill_tokens();
+        for (size_t i = 0; i < tokens.size();) {
+            const size_t n = chunk ? std::min<size_t>(chunk, tokens.size() - i) : 1;
+            const size_t pos = impl_->tokens.size();
+            impl_->tokens.insert(impl_->tokens.end(), tokens.begin() + int64_t(i), tokens.begin() + int64_t(i + n));
             try {
-                next = program.step(id, int32_t(impl_->tokens.size() - 1), params, impl_->tokens);
+                if (chunk) {
+                    program.prefill(tokens.subspan(i, n), int32_t(pos));
+                } else {
+                    next = program.step(tokens[i], int32_t(pos), params, impl_->tokens);
+                }
                 impl_->has_logits = true;
             } catch (...) {
-                impl_->tokens.pop_back();
+                impl_->tokens.resize(pos);
                 impl_->has_logits = false;
                 throw;
             }
+            if (impl_->keep_all_logits) {
+                const std::span<const float> z = chunk ? program.prefill_logits() : program.logits();
+                impl_->fed_logits.insert(impl_->fed_logits.end(), z.begin(), z.end());
+            }
+            i += n;
         }
+        // A prefill does not sample: the same rule and (seed, position) key as the backend's sampler, on the host.
+        if (chunk) next = sample(sampling);
         return next;
     });
 }
@@ -67,6 +84,11 @@ int32_t Session::feed_text(std::string_view text, const SamplingOptions& samplin
 std::span<const float> Session::logits() const {
     if (!impl_->has_logits) throw Error("logits: no token has run since the session started, was reset, truncated or loaded");
     return impl_->engine.program().logits();
+}
+
+std::span<const float> Session::feed_logits() const {
+    if (!impl_->keep_all_logits) throw Error("feed_logits: the session keeps them only with BackendOptions::all_logits");
+    return impl_->fed_logits;
 }
 
 int32_t Session::sample(const SamplingOptions& sampling) const {

@@ -1,10 +1,12 @@
 // The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. Tensor-parallel
 // ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers.
+// A prefill schedule, when given, runs in a second interpreter with its own arena over the same weights and cache.
 // A context whose KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused
 // before allocating.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -45,7 +47,7 @@ uint64_t available_memory_bytes(std::string& source) {
 
 class CpuProgram final : public Program {
 public:
-    CpuProgram(const Model& model, Schedule schedule, const ProgramOptions& options)
+    CpuProgram(const Model& model, Schedule schedule, const ProgramOptions& options, std::optional<Schedule> prefill)
         : weights_(bind_weights(model, schedule)) {
         const ModelDims& d = schedule.dims;
         ctx_len_ = default_ctx_len(options.ctx_len, model.config);
@@ -54,7 +56,8 @@ public:
         const uint64_t cache_floats = uint64_t(d.n_layers) * d.kv_dim() * ctx_len_;
         // vector::assign of more than the machine has is not a bad_alloc under overcommit but an OOM kill
         // while zero-filling, so the budget is checked first. The mapped weights count: a step reads them all.
-        const uint64_t kv_bytes = 2 * 4 * cache_floats, arena_bytes = schedule.arena_bytes + 4;
+        const uint64_t kv_bytes = 2 * 4 * cache_floats;
+        const uint64_t arena_bytes = schedule.arena_bytes + 4 + (prefill ? prefill->arena_bytes + 4 : 0);
         const uint64_t needed = kv_bytes + arena_bytes + model.total_weight_bytes;
         std::string source;
         if (const uint64_t available = available_memory_bytes(source); available && needed > available)
@@ -89,6 +92,7 @@ public:
         io.detect_races = options.detect_races;
         io.dots = options.dots;
         interpreter_ = std::make_unique<Interpreter>(std::move(schedule), memory, io);
+        if (prefill) start_prefill(std::move(*prefill), memory, io);
     }
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
@@ -101,6 +105,7 @@ public:
         state.sampling = params;
         state.history = history.data();
         state.n_history = int32_t(history.size());
+        last_prefill_ = 0;
         try {
             interpreter_->run_step(state);
         } catch (...) {
@@ -113,8 +118,46 @@ public:
     }
 
     std::span<const float> logits() const override {
+        if (last_prefill_ > 0) {  // the chunk's last token's
+            const Schedule& p = prefill_->schedule();
+            const uint64_t row = p.all_logits ? last_prefill_ - 1 : 0;
+            return {reinterpret_cast<const float*>(prefill_arena_.data() + p.logits_off / 4) + row * p.dims.vocab,
+                    p.dims.vocab};
+        }
         const Schedule& s = interpreter_->schedule();
         return {reinterpret_cast<const float*>(rank_bases_[0] + s.logits_off), s.dims.vocab};  // rank 0's
+    }
+    uint32_t prefill_tokens() const override { return prefill_ ? prefill_->schedule().prefill_tokens : 0; }
+    bool prefill_all_logits() const override { return prefill_ && prefill_->schedule().all_logits; }
+    void prefill(std::span<const int32_t> tokens, int32_t pos) override {
+        if (!prefill_) Program::prefill(tokens, pos);
+        const Schedule& p = prefill_->schedule();
+        if (tokens.empty() || tokens.size() > p.prefill_tokens)
+            fail("prefill of {} tokens: a chunk holds 1 to {}", tokens.size(), p.prefill_tokens);
+        if (pos < 0 || uint64_t(pos) + tokens.size() > ctx_len_)
+            fail("positions {}..{} are outside the context of {} tokens", pos, pos + int64_t(tokens.size()) - 1, ctx_len_);
+        if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
+        std::memcpy(prefill_arena_.data() + p.tokens_off / 4, tokens.data(), 4 * tokens.size());
+        StepState state;
+        state.pos = pos;
+        state.n_tokens = int32_t(tokens.size());
+        state.epoch = prefill_epoch_;
+        last_prefill_ = 0;
+        try {
+            prefill_->run_step(state);
+        } catch (...) {
+            prefill_->reset(prefill_epoch_);
+            throw;
+        }
+        ++prefill_epoch_;
+        next_pos_ += uint32_t(tokens.size());
+        last_prefill_ = uint32_t(tokens.size());
+    }
+    std::span<const float> prefill_logits() const override {
+        if (!prefill_all_logits() || last_prefill_ == 0) return Program::prefill_logits();
+        const Schedule& p = prefill_->schedule();
+        return {reinterpret_cast<const float*>(prefill_arena_.data() + p.logits_off / 4),
+                size_t(last_prefill_) * p.dims.vocab};
     }
     void reset() override { next_pos_ = 0; }
     void truncate(uint32_t n_past) override {
@@ -142,6 +185,28 @@ public:
     uint32_t n_threads() const override { return interpreter_->n_threads(); }
 
 private:
+    // The prefill step's own arena and counters over the same weights and KV cache. The race detector tracks
+    // one position a step, so it checks the decode steps only.
+    void start_prefill(Schedule prefill, const ProgramMemory& decode_memory, InterpreterOptions io) {
+        const Schedule& s = interpreter_->schedule();
+        if (prefill.prefill_tokens == 0) fail("the prefill schedule is a decode step (compile it with --prefill T)");
+        if (prefill.tp_size != 1 || s.tp_size != 1) fail("multi-token prefill runs without tensor parallelism so far");
+        if (prefill.config_hash != s.config_hash || prefill.weights.size() != s.weights.size())
+            fail("the prefill schedule was compiled for another model");
+        for (size_t id = 0; id < s.weights.size(); ++id)
+            if (prefill.weights[id].dtype != s.weights[id].dtype || prefill.weights[id].row_bytes != s.weights[id].row_bytes)
+                fail("the prefill schedule expects weight {} in another format", id);
+        try {
+            prefill_arena_.assign(prefill.arena_bytes / 4 + 1, 0.0f);
+        } catch (const std::bad_alloc&) {
+            fail("cannot allocate the prefill arena of {} bytes", prefill.arena_bytes);
+        }
+        ProgramMemory memory = decode_memory;
+        memory.arena = reinterpret_cast<uint8_t*>(prefill_arena_.data());
+        memory.rank_arenas = nullptr;
+        io.detect_races = false;
+        prefill_ = std::make_unique<Interpreter>(std::move(prefill), memory, io);
+    }
     void copy_kv(uint32_t n_past, size_t k_floats, size_t v_floats) const {
         const uint64_t want = kv_floats(interpreter_->schedule(), n_past);
         if (n_past > ctx_len_) fail("{} positions do not fit the context of {}", n_past, ctx_len_);
@@ -165,12 +230,17 @@ private:
     uint32_t epoch_ = 0;
     uint32_t next_pos_ = 0;
     std::unique_ptr<Interpreter> interpreter_;
+    std::vector<float> prefill_arena_;   // the prefill schedule's activation arena, float-aligned
+    std::unique_ptr<Interpreter> prefill_;  // null without a prefill schedule
+    uint32_t prefill_epoch_ = 0;
+    uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0
 };
 
 }  // namespace
 
-std::unique_ptr<Program> make_cpu_program(const Model& model, Schedule schedule, const ProgramOptions& options) {
-    return std::make_unique<CpuProgram>(model, std::move(schedule), options);
+std::unique_ptr<Program> make_cpu_program(const Model& model, Schedule schedule, const ProgramOptions& options,
+                                          std::optional<Schedule> prefill) {
+    return std::make_unique<CpuProgram>(model, std::move(schedule), options, std::move(prefill));
 }
 
 }  // namespace mk

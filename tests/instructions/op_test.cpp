@@ -32,7 +32,7 @@ struct WriteMask {
     }
 };
 
-// The spec's writes: arena bytes, and KV element slots at the step's position (slot = layer * kv_dim + d).
+// The spec's writes: arena bytes, and KV element slots at the step's positions (slot = layer * kv_dim + d).
 WriteMask declared_writes(const Instruction& ins, const OpBuffers& b) {
     WriteMask m(b);
     const uint32_t kv_dim = b.dims.kv_dim();
@@ -42,12 +42,13 @@ WriteMask declared_writes(const Instruction& ins, const OpBuffers& b) {
             REQUIRE(m.mark(a.space, a.begin, a.end));
             continue;
         }
-        REQUIRE(a.pos == PosMode::at_pos);  // no op writes a range of positions
-        for (uint64_t slot = a.begin; slot < a.end; ++slot) {
-            const uint64_t i = b.cache_index(uint32_t(slot / kv_dim), uint32_t(slot % kv_dim / b.dims.head_dim),
-                                             b.step.pos) + slot % b.dims.head_dim;
-            REQUIRE(m.mark(a.space, i, i + 1));
-        }
+        REQUIRE(a.pos == PosMode::at_pos);  // ops write the step's positions only (a prefill chunk's n_pos)
+        for (uint32_t p = 0; p < a.n_pos; ++p)
+            for (uint64_t slot = a.begin; slot < a.end; ++slot) {
+                const uint64_t i = b.cache_index(uint32_t(slot / kv_dim), uint32_t(slot % kv_dim / b.dims.head_dim),
+                                                 b.step.pos + int32_t(p)) + slot % b.dims.head_dim;
+                REQUIRE(m.mark(a.space, i, i + 1));
+            }
     }
     return m;
 }

@@ -472,3 +472,30 @@ TEST_CASE("quant: integer dots do not overflow on extreme Q8_0 weights", "[cpu]"
         CHECK(mk::dot_row(isa, DType::Q8_0, row.data(), x.data(), n) == Approx(reference).epsilon(1e-6));
     }
 }
+
+TEST_CASE("quant: a row against several columns equals one dot per column", "[cpu]") {
+    // dot_row_q16_cols (prefill) decodes each weight block once for 4 columns; 1..9 columns cover the groups of
+    // 4 and the rest, strided input blocks and a strided output.
+    const int64_t n = 256;
+    for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+        std::vector<uint8_t> row(mk::row_bytes(dtype, n));
+        const std::vector<float> w = random_values(size_t(n), -1.0f, 1.0f, 7);
+        mk::quantize_row(dtype, w.data(), row.data(), n);
+        for (uint32_t cols = 1; cols <= 9; ++cols) {
+            const int64_t stride = n / 32 + 1;  // a gap after each column's blocks
+            std::vector<mk::BlockQ16> xq(size_t(stride * cols));
+            for (uint32_t c = 0; c < cols; ++c) {
+                const std::vector<float> x = random_values(size_t(n), -2.0f, 2.0f, 100 + c);
+                mk::quantize_activations_q16(x.data(), n, xq.data() + c * stride);
+            }
+            std::vector<float> out(2 * cols, -7.0f);
+            mk::dot_row_q16_cols(dtype, row.data(), xq.data(), n, stride, cols, out.data(), 2);
+            for (uint32_t c = 0; c < cols; ++c) {
+                INFO(mk::dtype_name(dtype) << " " << cols << " columns, column " << c);
+                const float one = mk::dot_row_q16(dtype, row.data(), xq.data() + c * stride, n);
+                CHECK(out[2 * c] == Approx(one).epsilon(1e-5).margin(1e-5));
+                CHECK(out[2 * c + 1] == -7.0f);  // the stride's gaps stay untouched
+            }
+        }
+    }
+}

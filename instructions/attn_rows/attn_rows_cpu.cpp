@@ -1,0 +1,110 @@
+// attn_rows on the CPU: per query and head, scores over the visible keys, softmax, weighted sum of values.
+// The two inner loops (q . k and o += p v, head_dim long) have an AVX2 twin where mk's CPU ISA is AVX2: the
+// scalar q . k is one chain of dependent adds, and attention was 20% of a pp256 profile with it (perf, SmolLM2).
+#include "instructions/attn_rows/attn_rows.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "models/error.hpp"
+#include "models/quant.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MK_ATTN_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace mk {
+
+namespace {
+
+// One query head over keys/values [0, visible): o = softmax(scale * q . k) . v; scores is scratch.
+void attend_scalar(const float* q, const float* keys, const float* values, int32_t visible, uint32_t hd, float scale,
+                   float* scores, float* o) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t t = 0; t < visible; ++t) {
+        const float* k = keys + size_t(t) * hd;
+        float s = 0.0f;
+        for (uint32_t i = 0; i < hd; ++i) s += q[i] * k[i];
+        scores[t] = s * scale;
+        m = std::max(m, scores[t]);
+    }
+    std::fill(o, o + hd, 0.0f);
+    float l = 0.0f;
+    for (int32_t t = 0; t < visible; ++t) {
+        const float p = std::exp(scores[t] - m);
+        l += p;
+        const float* v = values + size_t(t) * hd;
+        for (uint32_t i = 0; i < hd; ++i) o[i] += p * v[i];
+    }
+    for (uint32_t i = 0; i < hd; ++i) o[i] /= l;
+}
+
+#if defined(__x86_64__)
+// The same with 8-wide q . k and o += p v (hd a multiple of 8, at most 256).
+MK_ATTN_AVX2 void attend_avx2(const float* q, const float* keys, const float* values, int32_t visible, uint32_t hd,
+                              float scale, float* scores, float* o) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t t = 0; t < visible; ++t) {
+        const float* k = keys + size_t(t) * hd;
+        __m256 acc = _mm256_setzero_ps();
+        for (uint32_t i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        scores[t] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))) * scale;
+        m = std::max(m, scores[t]);
+    }
+    __m256 out[32];
+    const uint32_t n_vec = hd / 8;
+    for (uint32_t i = 0; i < n_vec; ++i) out[i] = _mm256_setzero_ps();
+    float l = 0.0f;
+    for (int32_t t = 0; t < visible; ++t) {
+        const float p = std::exp(scores[t] - m);
+        l += p;
+        const __m256 pv = _mm256_set1_ps(p);
+        const float* v = values + size_t(t) * hd;
+        for (uint32_t i = 0; i < n_vec; ++i) out[i] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8 * i), out[i]);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / l);
+    for (uint32_t i = 0; i < n_vec; ++i) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(out[i], inv));
+}
+#endif
+
+}  // namespace
+
+void AttnRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
+    auto a = decode_args<AttnRowsArgs>(ins);
+    const uint32_t n = step_tokens(*ctx.step, a.n_tok), q_dim = ctx.dims->q_dim(), hd = a.head_dim;
+    const float* keys = ctx.k_head(a.layer, a.kv_head);
+    const float* values = ctx.v_head(a.layer, a.kv_head);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    auto attend = attend_scalar;
+#if defined(__x86_64__)
+    if (cpu_isa() == CpuIsa::Avx2 && hd % 8 == 0 && hd <= 256) attend = attend_avx2;
+#endif
+    thread_local std::vector<float> scores;
+    scores.resize(size_t(ctx.step->pos) + n);
+    for (uint32_t j = a.q_begin; j < std::min(a.q_begin + a.n_q, n); ++j)
+        for (uint32_t g = 0; g < a.group; ++g) {
+            const size_t h = size_t(a.kv_head) * a.group + g;
+            attend(ctx.f32(a.q_off) + size_t(j) * q_dim + h * hd, keys, values, ctx.step->pos + int32_t(j) + 1, hd, scale,
+                   scores.data(), ctx.f32(a.out_off) + size_t(j) * q_dim + h * hd);
+        }
+}
+
+std::string AttnRowsOp::describe(const Instruction& ins) {
+    auto a = decode_args<AttnRowsArgs>(ins);
+    return fmt::format("attn_rows L{} kv{} queries [{}, {}) T={}", a.layer, a.kv_head, a.q_begin, a.q_begin + a.n_q,
+                       a.n_tok);
+}
+
+void AttnRowsOp::fail_args(const AttnRowsArgs& a, const ModelDims& dims) {
+    fail("attn_rows: kv head {} x group {}, queries [{}, {}) of {}: outside the model's {} heads, {} KV heads", a.kv_head,
+         a.group, a.q_begin, a.q_begin + a.n_q, a.n_tok, dims.n_heads, dims.n_kv_heads);
+}
+
+}  // namespace mk

@@ -1,0 +1,66 @@
+// attn_rows' float64 reference and cases: query blocks of a chunk after earlier positions, full and shorter.
+#include "instructions/attn_rows/attn_rows.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "instructions/op_reference.hpp"
+
+namespace mk {
+
+std::vector<Expected> AttnRowsOp::reference(const Instruction& ins, const OpBuffers& b) {
+    const auto a = decode_args<AttnRowsArgs>(ins);
+    const uint32_t n = step_tokens(b.step, a.n_tok), q_dim = b.dims.q_dim(), hd = a.head_dim;
+    std::vector<Expected> out;
+    for (uint32_t j = a.q_begin; j < a.q_begin + a.n_q; ++j) {
+        const uint64_t h0 = uint64_t(a.kv_head) * a.group;
+        const uint64_t off = a.out_off + 4ull * (uint64_t(j) * q_dim + h0 * hd);
+        std::vector<double> o = ref_f32(b, off, uint64_t(a.group) * hd);  // left as it is past the step's tokens
+        if (j < n) {
+            const int32_t visible = b.step.pos + int32_t(j) + 1;
+            for (uint32_t g = 0; g < a.group; ++g) {
+                const std::vector<double> q = ref_f32(b, a.q_off + 4ull * (uint64_t(j) * q_dim + (h0 + g) * hd), hd);
+                std::vector<double> s(size_t(visible), 0.0);
+                for (int32_t t = 0; t < visible; ++t) {
+                    const uint64_t k = b.cache_index(a.layer, a.kv_head, t);
+                    for (uint32_t i = 0; i < hd; ++i) s[size_t(t)] += q[i] * b.k_cache[k + i];
+                    s[size_t(t)] /= std::sqrt(double(hd));
+                }
+                const double m = *std::max_element(s.begin(), s.end());
+                double l = 0.0;
+                std::vector<double> acc(hd, 0.0);
+                for (int32_t t = 0; t < visible; ++t) {
+                    const double p = std::exp(s[size_t(t)] - m);
+                    l += p;
+                    const uint64_t v = b.cache_index(a.layer, a.kv_head, t);
+                    for (uint32_t i = 0; i < hd; ++i) acc[i] += p * b.v_cache[v + i];
+                }
+                for (uint32_t i = 0; i < hd; ++i) o[g * hd + i] = acc[i] / l;
+            }
+        }
+        out.push_back(ref_arena(fmt::format("out[{}]", j), off, std::move(o)));
+    }
+    return out;
+}
+
+std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
+    struct Shape { uint32_t kv_head, q_begin, n_q, n_tok, n; int32_t pos; };
+    const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = 6, .n_kv_heads = 2, .head_dim = 32};
+    std::vector<OpCase> out;
+    for (const Shape& s : {Shape{0, 0, 4, 4, 4, 0}, Shape{1, 2, 3, 6, 6, 7}, Shape{1, 3, 3, 6, 4, 11}}) {
+        CaseBuilder c(dims, seed++);
+        c.caches(24);
+        c.buffers().step.pos = s.pos;
+        c.buffers().step.n_tokens = int32_t(s.n);
+        const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim()), o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
+        out.push_back(c.finish(fmt::format("attn_rows kv{} queries [{}, {}) of {} tokens ({} run) at pos {}", s.kv_head,
+                                           s.q_begin, s.q_begin + s.n_q, s.n_tok, s.n, s.pos),
+                               make_instruction<AttnRowsOp>({1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim,
+                                                             dims.group_size(), s.n_tok})));
+    }
+    return out;
+}
+
+}  // namespace mk

@@ -1,0 +1,51 @@
+// matmul_add (prefill): a block of output rows of a matrix times the chunk's T input vectors, added into
+// the fp32 residual streams: x[j][rows] += W[rows, :] . in[j] (the O- and down-projections of a chunk).
+// Each weight row is read once for all T columns.
+#pragma once
+#include "instructions/common/page_plan.hpp"
+#include "instructions/common/token_rows.hpp"
+
+namespace mk {
+
+struct MatmulAddArgs {
+    uint32_t weight;   // wo (d_model, q_dim) or w_down (d_model, d_ff)
+    uint32_t row_begin;
+    uint32_t n_rows;
+    uint32_t cols;
+    uint32_t in_off;   // (n_tok, cols) fp32 inputs
+    uint32_t x_off;    // (n_tok, x_width) fp32 residual streams
+    uint32_t x_width;  // d_model
+    uint32_t n_tok;    // the compiled chunk size T
+};
+
+struct MatmulAddOp {
+    static constexpr Opcode opcode = Opcode::matmul_add;
+    using Args = MatmulAddArgs;
+    MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
+    static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
+        auto a = decode_args<MatmulAddArgs>(ins);
+        std::vector<Access> out{{Space::arena, a.in_off, a.in_off + 4ull * a.n_tok * a.cols, false}};
+        append_token_rows(out, a.x_off, a.x_width, a.row_begin, a.n_rows, a.n_tok, true);
+        return out;
+    }
+    static std::vector<uint32_t> weights(const Instruction& ins) { return {decode_args<MatmulAddArgs>(ins).weight}; }
+    static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
+        auto a = decode_args<MatmulAddArgs>(ins);
+        PagePlan plan;
+        append_row_tiles(plan, in, a.weight, a.row_begin, a.n_rows);
+        finish_page_plan(plan, in);
+        return plan;
+    }
+    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
+        auto a = decode_args<MatmulAddArgs>(ins);
+        return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * a.n_tok * (a.cols + 2 * a.n_rows),
+                2ull * a.n_tok * a.n_rows * a.cols};
+    }
+    static void run_cpu(const Instruction& ins, OpContext& ctx);
+    static constexpr Tolerance tolerance{1e-5};
+    static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    static std::vector<OpCase> cases(uint64_t seed);
+    static std::string describe(const Instruction& ins);
+};
+
+}  // namespace mk

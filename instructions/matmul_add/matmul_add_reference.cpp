@@ -1,0 +1,44 @@
+// matmul_add's float64 reference and cases: row blocks of every stored format, full and shorter chunks.
+#include "instructions/matmul_add/matmul_add.hpp"
+
+#include <fmt/format.h>
+
+#include "instructions/op_reference.hpp"
+#include "models/quant.hpp"
+
+namespace mk {
+
+std::vector<Expected> MatmulAddOp::reference(const Instruction& ins, const OpBuffers& b) {
+    const auto a = decode_args<MatmulAddArgs>(ins);
+    const uint32_t n = step_tokens(b.step, a.n_tok);
+    std::vector<Expected> out;
+    for (uint32_t j = 0; j < a.n_tok; ++j) {
+        const uint64_t x_row = a.x_off + 4ull * (uint64_t(j) * a.x_width + a.row_begin);
+        std::vector<double> x = ref_f32(b, x_row, a.n_rows);
+        if (j < n) {
+            const std::vector<double> in = ref_f32(b, a.in_off + 4ull * j * a.cols, a.cols);
+            for (uint32_t r = 0; r < a.n_rows; ++r) x[r] += ref_dot(ref_row(b, a.weight, a.row_begin + r), in);
+        }
+        out.push_back(ref_arena(fmt::format("x[{}]", j), x_row, std::move(x)));
+    }
+    return out;
+}
+
+std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
+    struct Shape { uint32_t rows, cols, row_begin, n_rows, n_tok, n; };
+    std::vector<OpCase> out;
+    for (DType dtype : kMatrixFormats)
+        for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4}, Shape{48, 512, 0, 48, 7, 5}}) {
+            CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);
+            const uint32_t weight = c.weight(dtype, s.rows, s.cols, 0.5f);
+            const uint32_t in = c.activation(uint64_t(s.n_tok) * s.cols), x = c.activation(uint64_t(s.n_tok) * s.rows);
+            c.buffers().step.n_tokens = int32_t(s.n);
+            out.push_back(c.finish(fmt::format("matmul_add {} {}x{} rows [{}, {}) {} of {} tokens", dtype_name(dtype),
+                                               s.rows, s.cols, s.row_begin, s.row_begin + s.n_rows, s.n, s.n_tok),
+                                   make_instruction<MatmulAddOp>({weight, s.row_begin, s.n_rows, s.cols, in, x, s.rows,
+                                                                  s.n_tok})));
+        }
+    return out;
+}
+
+}  // namespace mk

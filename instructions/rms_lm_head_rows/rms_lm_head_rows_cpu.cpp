@@ -1,0 +1,36 @@
+// rms_lm_head_rows on the CPU.
+#include "instructions/rms_lm_head_rows/rms_lm_head_rows.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "instructions/common/cpu_math.hpp"
+
+namespace mk {
+
+void RmsLmHeadRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
+    auto a = decode_args<RmsLmHeadRowsArgs>(ins);
+    const uint32_t n = step_tokens(*ctx.step, a.n_tok);
+    if (n == 0) return;
+    const uint32_t first = a.all ? 0 : n - 1, cols = n - first;  // the tokens whose logits are asked for
+    thread_local std::vector<float> xn;
+    xn.resize(size_t(cols) * a.d_model);
+    for (uint32_t j = 0; j < cols; ++j)
+        rms_norm(ctx.f32(a.x_off) + size_t(first + j) * a.d_model, ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model,
+                 xn.data() + size_t(j) * a.d_model);
+    float* logits = ctx.f32(a.logits_off);
+    const DType dtype = ctx.weights[a.weight].dtype;
+    ColumnDots dots(ctx, xn.data(), a.d_model, cols);
+    for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
+        dots.dots(dtype, bytes, logits + row, a.vocab);
+    });
+}
+
+std::string RmsLmHeadRowsOp::describe(const Instruction& ins) {
+    auto a = decode_args<RmsLmHeadRowsArgs>(ins);
+    return fmt::format("rms_lm_head_rows rows [{}, {}) T={}{}", a.row_begin, a.row_begin + a.n_rows, a.n_tok,
+                       a.all ? " all" : " last");
+}
+
+}  // namespace mk

@@ -1,0 +1,97 @@
+// rms_qkv_rows' float64 reference and cases: Q, K and V blocks for a chunk (full and shorter), with and without
+// Qwen2 biases and Qwen3 QK-norm; RoPE at each token's position; K and V at rows pos..pos+n-1 of the cache.
+#include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "instructions/op_reference.hpp"
+#include "models/quant.hpp"
+
+namespace mk {
+
+std::vector<Expected> RmsQkvRowsOp::reference(const Instruction& ins, const OpBuffers& b) {
+    const auto a = decode_args<RmsQkvRowsArgs>(ins);
+    const uint32_t hd = a.head_dim, n = step_tokens(b.step, a.n_tok), q_dim = b.dims.q_dim();
+    const QkvKind kind = QkvKind(a.kind);
+    std::vector<Expected> result;
+    for (uint32_t j = 0; j < a.n_tok; ++j) {
+        const int32_t pos = b.step.pos + int32_t(j);
+        std::vector<double> out(a.n_rows);
+        if (j < n) {
+            const std::vector<double> xn = ref_rms_norm(b, ref_f32(b, a.x_off + 4ull * j * a.d_model, a.d_model), a.norm);
+            for (uint32_t r = 0; r < a.n_rows; ++r) out[r] = ref_dot(ref_row(b, a.weight, a.row_begin + r), xn);
+            if (a.bias != kNoWeight) {
+                const std::vector<double> bias = ref_row(b, a.bias, 0);
+                for (uint32_t r = 0; r < a.n_rows; ++r) out[r] += bias[a.row_begin + r];
+            }
+            if (a.qk_norm != kNoWeight)
+                for (uint32_t h = 0; h < a.n_rows / hd; ++h) {
+                    const std::vector<double> head(out.begin() + h * hd, out.begin() + (h + 1) * hd);
+                    const std::vector<double> normed = ref_rms_norm(b, head, a.qk_norm);
+                    std::copy(normed.begin(), normed.end(), out.begin() + h * hd);
+                }
+            if (kind != QkvKind::v)
+                for (uint32_t r = 0; r < a.n_rows; r += 2) {
+                    const double angle = double(pos) * b.rope_inv_freq[((a.row_begin + r) % hd) / 2];
+                    const double x = out[r], y = out[r + 1];
+                    out[r] = x * std::cos(angle) - y * std::sin(angle);
+                    out[r + 1] = x * std::sin(angle) + y * std::cos(angle);
+                }
+        }
+        if (kind == QkvKind::q) {
+            const uint64_t off = a.q_off + 4ull * (uint64_t(j) * q_dim + a.row_begin);
+            if (j >= n) out = ref_f32(b, off, a.n_rows);  // left as it was
+            result.push_back(ref_arena(fmt::format("q[{}]", j), off, std::move(out)));
+            continue;
+        }
+        const std::vector<float>& cache = kind == QkvKind::k ? b.k_cache : b.v_cache;
+        for (uint32_t r = 0; r < a.n_rows;) {  // one run per KV head the block touches
+            const uint32_t row = a.row_begin + r, m = std::min(a.n_rows - r, hd - row % hd);
+            const uint64_t begin = b.cache_index(a.layer, row / hd, pos) + row % hd;
+            std::vector<double> values(out.begin() + r, out.begin() + r + m);
+            if (j >= n)
+                for (uint32_t i = 0; i < m; ++i) values[i] = cache[begin + i];
+            result.push_back({fmt::format("{} cache head {} position {}", kind == QkvKind::k ? "K" : "V", row / hd, pos),
+                              kind == QkvKind::k ? Space::k_cache : Space::v_cache, begin, std::move(values)});
+            r += m;
+        }
+    }
+    return result;
+}
+
+std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
+    struct Shape {
+        QkvKind kind;
+        uint32_t row_begin, n_rows;
+        bool qwen;  // bias and QK-norm (blocks of whole heads)
+    };
+    const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32};
+    std::vector<OpCase> out;
+    for (DType dtype : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_1, DType::Q4_K})
+        for (const Shape& s : {Shape{QkvKind::q, 16, 80, false}, Shape{QkvKind::k, 8, 40, false},
+                               Shape{QkvKind::v, 0, 64, false}, Shape{QkvKind::q, 32, 64, true},
+                               Shape{QkvKind::k, 32, 32, true}}) {
+            if (s.qwen && dtype != DType::BF16) continue;
+            const uint32_t rows = s.kind == QkvKind::q ? dims.q_dim() : dims.kv_dim(), n_tok = 4;
+            CaseBuilder c(dims, seed++);
+            c.caches(16);
+            c.buffers().step.pos = 9;
+            c.buffers().step.n_tokens = s.kind == QkvKind::v ? 3 : 4;
+            const uint32_t weight = c.weight(dtype, rows, dims.d_model, 0.5f);
+            const uint32_t norm = c.weight(DType::F32, 1, dims.d_model);
+            const uint32_t bias = s.qwen ? c.weight(DType::F32, 1, rows) : kNoWeight;
+            const uint32_t qk_norm = s.qwen ? c.weight(DType::F32, 1, dims.head_dim) : kNoWeight;
+            const uint32_t x = c.activation(uint64_t(n_tok) * dims.d_model), q = c.activation(uint64_t(n_tok) * dims.q_dim());
+            const RmsQkvRowsArgs a{1, uint32_t(s.kind), s.row_begin, s.n_rows, x, q, weight, norm, bias, qk_norm,
+                                   dims.d_model, dims.head_dim, n_tok};
+            out.push_back(c.finish(fmt::format("rms_qkv_rows {} {} rows [{}, {}){} {} of {} tokens", dtype_name(dtype),
+                                               "qkv"[a.kind], s.row_begin, s.row_begin + s.n_rows,
+                                               s.qwen ? " bias qk_norm" : "", c.buffers().step.n_tokens, n_tok),
+                                   make_instruction<RmsQkvRowsOp>(a)));
+        }
+    return out;
+}
+
+}  // namespace mk

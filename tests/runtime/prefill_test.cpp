@@ -1,0 +1,174 @@
+// Multi-token prefill (scheduler/prefill_graph.cpp, the *_rows ops) against the token-by-token decode path and the
+// float64 oracle: logits at every prompt position for chunks of T in {1, 7, 16, 64} (prompts not a multiple of
+// T), the greedy continuation after a prefilled prompt, and the verifier's proof of the prefill schedules.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "instructions/sample/sampling.hpp"
+#include "models/model.hpp"
+#include "models/synthetic.hpp"
+#include "runtime/program.hpp"
+#include "scheduler/compile.hpp"
+#include "scheduler/verify.hpp"
+#include "tests/test_compare.hpp"
+#include "tests/test_paths.hpp"
+#include "tests/test_skip.hpp"
+
+namespace mk {
+namespace {
+
+constexpr uint32_t kChunks[] = {1, 7, 16, 64};
+
+std::unique_ptr<Program> program_for(const Model& model, const Target& target, CpuDots dots, uint32_t chunk) {
+    const std::vector<WeightFormat> formats = weight_formats(model);
+    Schedule decode = compile_schedule(model.config, formats, target, Policy::critical_path);
+    std::optional<Schedule> prefill;
+    if (chunk) {
+        prefill = compile_prefill_schedule(model.config, formats, target, Policy::critical_path, chunk, true);
+        const VerifyReport report = verify(*prefill);  // every prefill schedule the scheduler produces must verify
+        INFO(report.summary());
+        REQUIRE(report.ok);
+    }
+    ProgramOptions o;
+    o.n_threads = 2;
+    o.ctx_len = 160;
+    o.dots = dots;
+    return make_cpu_program(model, std::move(decode), o, std::move(prefill));
+}
+
+// Logits at every position of `tokens`: token by token (chunk 0) or in prefill chunks of `chunk`.
+std::vector<std::vector<float>> prompt_logits(Program& program, std::span<const int32_t> tokens, uint32_t chunk) {
+    std::vector<std::vector<float>> out;
+    program.reset();
+    for (size_t i = 0; i < tokens.size();) {
+        if (!chunk) {
+            program.step(tokens[i], int32_t(i), {}, {});
+            out.emplace_back(program.logits().begin(), program.logits().end());
+            ++i;
+            continue;
+        }
+        const size_t n = std::min<size_t>(chunk, tokens.size() - i);
+        program.prefill(tokens.subspan(i, n), int32_t(i));
+        const std::span<const float> all = program.prefill_logits();
+        const size_t vocab = program.logits().size();
+        REQUIRE(all.size() == n * vocab);
+        for (size_t j = 0; j < n; ++j) out.emplace_back(all.begin() + int64_t(j * vocab), all.begin() + int64_t((j + 1) * vocab));
+        // logits() is the chunk's last token's, as after a step
+        CHECK(std::equal(program.logits().begin(), program.logits().end(), out.back().begin()));
+        i += n;
+    }
+    return out;
+}
+
+std::vector<int32_t> some_tokens(size_t n, int64_t vocab, int64_t seed) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = int32_t((int64_t(i) * 7919 + seed * 104729 + 13) % vocab);
+    return t;
+}
+
+// Prefill in every chunk size against token by token with the same dots.
+void check_prefill_matches_steps(const Model& model, std::span<const int32_t> prompt, CpuDots dots, double tolerance) {
+    auto steps = program_for(model, target_cpu(), dots, 0);
+    const auto want = prompt_logits(*steps, prompt, 0);
+    for (uint32_t chunk : kChunks) {
+        auto program = program_for(model, target_cpu(), dots, chunk);
+        const auto got = prompt_logits(*program, prompt, chunk);
+        REQUIRE(got.size() == want.size());
+        double worst = 0;
+        for (size_t p = 0; p < want.size(); ++p) worst = std::max(worst, test::rel_l2(got[p], want[p]));
+        INFO(fmt::format("{}: chunk {} ({} dots), {} positions: worst relative L2 {:.3g}", model.path.filename().string(),
+                         chunk, dots == CpuDots::exact ? "exact" : "q16", want.size(), worst));
+        CHECK(worst < tolerance);
+    }
+}
+
+Model synthetic(const std::string& spec, const std::string& file) {
+    const auto path = test::output_dir() / file;
+    write_synthetic_model(parse_synthetic_spec(spec), path);
+    return load_model(path);
+}
+
+// The oracle's prompt in chunks of 7 (logits at every position against its float64 ones), then its greedy
+// continuation through decode steps wherever its top-2 margin makes the choice unambiguous.
+void check_prefill_against_oracle(const Model& model, const std::string& name) {
+    const auto path = test::output_dir() / ("oracle_" + name + ".json");
+    std::ifstream in(path);
+    INFO("oracle output " << path.string() << " (written by the oracle fixtures of this ctest run)");
+    REQUIRE(in.good());
+    const nlohmann::json j = nlohmann::json::parse(in);
+    const auto tokens = j.at("tokens").get<std::vector<int32_t>>();
+    const auto logits = j.at("logits").get<std::vector<std::vector<double>>>();
+    const auto generated = j.at("generated").get<std::vector<int32_t>>();
+    const auto gap = j.at("top2_gap").get<std::vector<double>>();
+    auto program = program_for(model, target_cpu(), CpuDots::exact, 7);
+    const auto got = prompt_logits(*program, tokens, 7);
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        INFO(name << " position " << p);
+        CHECK(test::rel_l2(got[p], std::vector<float>(logits[p].begin(), logits[p].end())) < 1e-5);
+    }
+    int32_t next = argmax(program->logits().data(), uint32_t(program->logits().size()));
+    int32_t pos = int32_t(tokens.size());
+    for (size_t i = 0; i < generated.size() && gap[i] >= 1e-3; ++i) {
+        INFO(name << " generated token " << i);
+        REQUIRE(next == generated[i]);
+        next = program->step(next, pos++, {}, {});
+    }
+}
+
+}  // namespace
+
+TEST_CASE("prefill logits equal token by token on synthetic models in every format", "[cpu][prefill]") {
+    const char* const specs[] = {"tiny-llama:f32",  "tiny-llama:f16",  "tiny-llama:bf16", "tiny-llama:q8_0",
+                                 "tiny-llama:q4_0", "tiny-llama:q4_1", "tiny-llama:q4_k", "tiny-llama:q6_k",
+                                 "tiny-qwen2:f16",  "tiny-qwen3:q8_0", "tiny-llama3:q4_1"};
+    for (const char* spec : specs) {
+        INFO(spec);
+        std::string file = fmt::format("prefill_{}.gguf", spec);
+        std::replace(file.begin(), file.end(), ':', '_');
+        const Model model = synthetic(fmt::format("synthetic:{}:seed=31", spec), file);
+        const std::vector<int32_t> prompt = some_tokens(75, model.config.vocab_size, 1);  // 75 = 64 + 7 + 4
+        check_prefill_matches_steps(model, prompt, CpuDots::exact, 1e-5);
+        check_prefill_matches_steps(model, prompt, CpuDots::q16, 1e-3);
+    }
+}
+
+TEST_CASE("prefill on SmolLM2-135M equals token by token, and its greedy continuation matches the oracle",
+          "[cpu][model][prefill]") {
+    MK_SKIP_IF_MISSING(test::default_model_path(), "./tools/setup.sh");
+    const Model model = load_model(test::default_model_path());
+    const std::vector<int32_t> prompt = some_tokens(70, model.config.vocab_size, 2);
+    check_prefill_matches_steps(model, prompt, CpuDots::exact, 1e-5);
+    check_prefill_matches_steps(model, prompt, CpuDots::q16, 1e-3);
+    for (const char* name : {"smollm2_france", "smollm2_eiffel"}) check_prefill_against_oracle(model, name);
+}
+
+TEST_CASE("prefill schedules verify, and a dropped attention wait is refused", "[cpu][prefill]") {
+    const ModelConfig config = synthetic_config(parse_synthetic_spec("synthetic:smollm2-135m:q4_1:layers=2:vocab=2048"));
+    const std::vector<WeightFormat> formats =
+        synthetic_weight_formats(parse_synthetic_spec("synthetic:smollm2-135m:q4_1:layers=2:vocab=2048"));
+    for (const Target& target : {target_cpu(), target_h200(), target_custom(3, 232448)})
+        for (uint32_t chunk : kChunks)
+            for (bool all : {false, true}) {
+                Schedule s = compile_prefill_schedule(config, formats, target, Policy::critical_path, chunk, all);
+                VerifyReport report = verify(s);
+                INFO(target.name << " chunk " << chunk << ": " << report.summary());
+                REQUIRE(report.ok);
+                CHECK(s.prefill_tokens == chunk);
+            }
+    Schedule s = compile_prefill_schedule(config, formats, target_cpu(), Policy::critical_path, 16, false);
+    bool dropped = false;
+    for (auto& stream : s.streams)
+        for (Instruction& ins : stream)
+            if (!dropped && ins.opcode == uint16_t(Opcode::attn_rows) && ins.n_waits > 0) {
+                ins.n_waits = 0;
+                dropped = true;
+            }
+    REQUIRE(dropped);
+    CHECK_FALSE(verify(s).ok);
+}
+
+}  // namespace mk

@@ -86,12 +86,6 @@ void check_prefill_matches_steps(const Model& model, std::span<const int32_t> pr
     }
 }
 
-Model synthetic(const std::string& spec, const std::string& file) {
-    const auto path = test::output_dir() / file;
-    write_synthetic_model(parse_synthetic_spec(spec), path);
-    return load_model(path);
-}
-
 // The oracle's prompt in chunks of 7 (logits at every position against its float64 ones), then its greedy
 // continuation through decode steps wherever its top-2 margin makes the choice unambiguous.
 void check_prefill_against_oracle(const Model& model, const std::string& name) {
@@ -129,7 +123,7 @@ TEST_CASE("prefill logits equal token by token on synthetic models in every form
         INFO(spec);
         std::string file = fmt::format("prefill_{}.gguf", spec);
         std::replace(file.begin(), file.end(), ':', '_');
-        const Model model = synthetic(fmt::format("synthetic:{}:seed=31", spec), file);
+        const Model model = load_model(test::synthetic_model_file(fmt::format("synthetic:{}:seed=31", spec), file));
         const std::vector<int32_t> prompt = some_tokens(75, model.config.vocab_size, 1);  // 75 = 64 + 7 + 4
         check_prefill_matches_steps(model, prompt, CpuDots::exact, 1e-5);
         check_prefill_matches_steps(model, prompt, CpuDots::q16, 1e-3);

@@ -32,7 +32,8 @@ void download(std::vector<T>& host, const DeviceBuffer& d, const char* what) {
 class EmuOpBackend final : public OpBackend {
 public:
     std::string name() const override { return "cuda-emu"; }
-    bool accepts(const OpBuffers& b) const override {
+    bool accepts(const Instruction& ins, const OpBuffers& b) const override {
+        if (!has_device_code(ins.opcode)) return false;  // the prefill ops (MK_HOST_OP) run on the CPU only
         for (size_t id = 0; id < b.formats.size(); ++id)
             if (!b.weights[id].empty() && !device_supports(DType(b.formats[id].dtype))) return false;
         return true;

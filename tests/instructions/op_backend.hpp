@@ -16,8 +16,8 @@ public:
     // The backend's own relative error on top of the op's tolerance (an approximation it documents).
     virtual double extra_rel() const { return 0.0; }
     // Whether the backend runs this case (a device backend refuses weight formats its device code does not
-    // decode, as its program's upload does); the op test names the cases a backend skips.
-    virtual bool accepts(const OpBuffers&) const { return true; }
+    // decode, and ops without device code, as its program's upload does); the op test names the cases a backend skips.
+    virtual bool accepts(const Instruction&, const OpBuffers&) const { return true; }
     // Runs `ins` on `buffers` (arena, weights, caches, step) as the backend's interpreter would; throws mk::Error.
     virtual void run(const Instruction& ins, OpBuffers& buffers) = 0;
 };

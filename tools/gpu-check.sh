@@ -8,6 +8,8 @@
 #
 #   tools/gpu-check.sh [--only STAGE[,STAGE]]... [--stop-on-failure] [--build|--no-build] [--bin DIR]
 #   tools/gpu-check.sh --dry-run [--bin DIR]   everything but GPU launches (CI runs this)
+#   tools/gpu-check.sh --rehearse [--bin DIR]  every stage against the CUDA emulator (mk and mk_cuda_emu_tests
+#                                              of build/test; cuda-emu backends, layers=2, few tokens, limits x8)
 #   tools/gpu-check.sh --pack                  fill build/gpu-carry/ from a local Release CUDA build
 set -uo pipefail
 
@@ -65,19 +67,20 @@ print_limits() {
 }
 
 usage() {
-  sed -n '2,12p' "$self" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$self" | sed 's/^# \{0,1\}//'
   echo "stages: ${all_stages[*]}"
   print_limits
 }
 
 args=("$@")
-only=() dry_run=0 build=0 no_build=0 pack=0 stop_on_failure=0 bin_dir=""
+only=() dry_run=0 rehearse=0 build=0 no_build=0 pack=0 stop_on_failure=0 bin_dir=""
 while (($#)); do
   case $1 in
     --only) [[ $# -ge 2 ]] || { echo "gpu-check: --only needs a stage" >&2; exit 2; }
       IFS=, read -ra parts <<<"$2"; only+=("${parts[@]}"); shift 2 ;;
     --only=*) IFS=, read -ra parts <<<"${1#--only=}"; only+=("${parts[@]}"); shift ;;
     --dry-run) dry_run=1; shift ;;
+    --rehearse) rehearse=1; shift ;;
     --build) build=1; shift ;;
     --no-build) no_build=1; shift ;;
     --pack) pack=1; shift ;;
@@ -91,6 +94,17 @@ done
 for s in "${only[@]}"; do
   [[ -n ${stage_limit_s[$s]:-} ]] || { echo "gpu-check: unknown stage '$s' (stages: ${all_stages[*]})" >&2; exit 2; }
 done
+
+# ---- --rehearse: the same stages and steps against the CUDA emulator, so the script is tested before a GPU is
+# lent: the emulated backends, the emulated [cuda] suite, small shapes and few tokens, every limit x8 (the
+# emulator runs each device thread as a fiber on the CPU). Tools only a GPU machine has are skipped, named.
+cuda=cuda cuda_kernels=cuda-kernels tests_name=mk_cuda_tests limit_scale=1
+if ((rehearse)); then
+  ((dry_run || pack)) && { echo "gpu-check: --rehearse runs the stages; it does not combine with --dry-run or --pack" >&2; exit 2; }
+  cuda=cuda-emu cuda_kernels=cuda-kernels-emu tests_name=mk_cuda_emu_tests limit_scale=8 no_build=1
+  [[ -n $bin_dir ]] || bin_dir=$root/build/test
+  bench_shape=${MK_GPU_BENCH_SHAPE:-smollm2-135m} bench_keys=${MK_GPU_BENCH_KEYS:-:layers=2:vocab=4096}
+fi
 
 # ---- --pack: Release CUDA build -> stripped mk, mk_cuda_tests and the header-only deps in build/gpu-carry ----
 pack_deps() {
@@ -187,7 +201,7 @@ runnable() {  # BIN: exists, every library resolves, and it starts
 pick_binaries() {
   local dir=$1
   mk=$(find_bin mk "$dir") || mk="$dir/bin/mk"
-  cuda_tests=$(find_bin mk_cuda_tests "$dir") || cuda_tests="$dir/bin/mk_cuda_tests"
+  cuda_tests=$(find_bin "$tests_name" "$dir") || cuda_tests="$dir/bin/$tests_name"
   mk_state=$(runnable "$mk")
   tests_state=$(runnable "$cuda_tests")
 }
@@ -230,13 +244,13 @@ else
   fi
 fi
 echo "gpu-check: mk            $mk ($mk_state)"
-echo "gpu-check: mk_cuda_tests $cuda_tests ($tests_state)"
+echo "gpu-check: $tests_name $cuda_tests ($tests_state)"
 
 # ---- stage machinery: each step's timeout is capped by what is left of its stage ----
 failures=0 stage_failed=0 stage_deadline=0
 # Status lines go to stderr, so that a step's stdout can be redirected to a results file.
 step() {  # LIMIT_S DESCRIPTION -- CMD...: run (or, with --dry-run, print) one command of the stage
-  local limit=$1 what=$2
+  local limit=$(($1 * limit_scale)) what=$2
   shift 3
   if ((dry_run)); then
     printf '  would run (%ss): %s\n' "$limit" "$*" | sed "s|$root/||g; s|$work|\$WORK|g" >&2
@@ -264,6 +278,14 @@ step() {  # LIMIT_S DESCRIPTION -- CMD...: run (or, with --dry-run, print) one c
     stage_failed=1
   fi
   return $rc
+}
+# A step that needs the GPU machine's own tools (torch, transformers): named and skipped in a rehearsal.
+gpu_step() {  # LIMIT DESCRIPTION -- CMD...
+  if ((rehearse)); then
+    echo "--- $2: SKIPPED (rehearsal: needs a GPU and torch/transformers)" >&2
+    return 0
+  fi
+  step "$@"
 }
 # Catch2: a tag expression that matches no case fails (-w NoTests) rather than passing quietly.
 catch_flags=(-w NoTests --use-colour no --durations yes)
@@ -313,14 +335,15 @@ stage_ops() { step 30 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flag
 stage_forward() { step 45 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
 stage_resident() {
   step 20 "[cuda][resident]" -- "$cuda_tests" "[cuda][resident]" "${catch_flags[@]}"
-  step 15 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
-  step 10 "[cuda][hf]" -- env "MK_HF_DIR=$work/hf" "$cuda_tests" "[cuda][hf]" "${catch_flags[@]}"
+  gpu_step 15 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
+  gpu_step 10 "[cuda][hf]" -- env "MK_HF_DIR=$work/hf" "$cuda_tests" "[cuda][hf]" "${catch_flags[@]}"
   # Each CLI mode end to end on a tiny model (32 steps), the resident one with a trace.
-  local tiny=synthetic:tiny-llama3:f32 flags
-  for flags in "--backend cuda --trace $work/trace.json" "--backend cuda --stepwise" "--backend cuda-kernels" \
-               "--backend cuda-kernels --graph"; do
+  local tiny=synthetic:tiny-llama3:f32 flags tokens="-p 16 -n 16"
+  ((rehearse)) && tokens="-p 4 -n 4"  # the kernel-per-op baseline launches a grid of fibers per op stage
+  for flags in "--backend $cuda --trace $work/trace.json" "--backend $cuda --stepwise" "--backend $cuda_kernels" \
+               "--backend $cuda_kernels --graph"; do
     # shellcheck disable=SC2086
-    step 10 "mk bench $flags" -- "$mk" bench -m "$tiny" -p 16 -n 16 -r 1 $flags
+    step 10 "mk bench $flags" -- "$mk" bench -m "$tiny" $tokens -r 1 $flags
   done
   if ((!dry_run)) && [[ -f $work/trace.json ]]; then
     local size
@@ -333,14 +356,17 @@ stage_tp() {
   # Without the default model (it is over the carry limit), its cases are left out and the CLI
   # comparison uses a synthetic f32 model of its shape (f32: CPU and GPU differ only in summation order).
   local spec="[cuda][tp]" model=$default_model
-  if [[ ! -f $default_model ]]; then
+  if ((rehearse)); then  # SmolLM2's 30 layers at TP 3 take minutes on the emulator
+    spec="[cuda][tp]~[model]" model=synthetic:smollm2-135m:f32:layers=2:vocab=4096:seed=41
+  elif [[ ! -f $default_model ]]; then
     echo "gpu-check: $default_model is not on this machine: [model] cases skipped, the CLI uses a synthetic model" >&2
     spec="[cuda][tp]~[model]" model=synthetic:smollm2-135m:f32:layers=4:seed=41
   fi
   step 20 "$spec" -- env "MK_CACHE=$(dirname "$default_model")" "$cuda_tests" "$spec" "${catch_flags[@]}"
   local gen=(generate -m "$model" -p "The capital of France is" -n 16 --temp 0 --ignore-eos -c 256)
+  ((rehearse)) && gen=(generate -m "$model" -p "The" -n 4 --temp 0 --ignore-eos -c 256)
   step 10 "mk generate --backend cpu" -- "$mk" "${gen[@]}" --backend cpu --cpu-dots exact >"$work/tp-cpu.txt"
-  step 10 "mk generate --backend cuda --tp-loopback 3" -- "$mk" "${gen[@]}" --backend cuda --tp-loopback 3 \
+  step 10 "mk generate --backend $cuda --tp-loopback 3" -- "$mk" "${gen[@]}" --backend "$cuda" --tp-loopback 3 \
     >"$work/tp-cuda.txt"
   step 5 "the same text" -- diff "$work/tp-cpu.txt" "$work/tp-cuda.txt"
 }
@@ -348,6 +374,10 @@ mk_bench() {  # DTYPE LIMIT "TEST FLAGS" BACKEND FLAGS...: mk bench of the synth
   local dtype=$1 limit=$2 tests=$3
   shift 3
   local file="$work/mk-bench.$dtype.$RANDOM.json" model="$work/models/$bench_shape.$dtype.gguf"
+  if ((rehearse)); then  # a few tokens, one repetition, the emulated backends
+    tests=$(sed -E 's/-n 128/-n 4/; s/-p 512/-p 8/; s/-r 3/-r 1/' <<<"$tests")
+    set -- $(sed -E 's/(^| )cuda-kernels( |$)/\1cuda-kernels-emu\2/; s/(^| )cuda( |$)/\1cuda-emu\2/' <<<"$*")
+  fi
   # shellcheck disable=SC2086
   step "$limit" "mk bench $dtype $tests $*" -- "$mk" bench -m "$model" $tests -o json "$@" >"$file"
   local rc=$?
@@ -356,8 +386,8 @@ mk_bench() {  # DTYPE LIMIT "TEST FLAGS" BACKEND FLAGS...: mk bench of the synth
   return $rc
 }
 stage_bench() {
-  step 15 "copy bandwidth" -- python3 "$root/bench/torch_baseline.py" --modes copy >"$work/copy.json"
-  ((dry_run)) || tee -a "$bench_jsonl" <"$work/copy.json"
+  gpu_step 15 "copy bandwidth" -- python3 "$root/bench/torch_baseline.py" --modes copy >"$work/copy.json"
+  ((dry_run || rehearse)) || tee -a "$bench_jsonl" <"$work/copy.json"
   mkdir -p "$work/models"
   local dtype
   for dtype in bf16 q8_0 q4_1; do
@@ -373,18 +403,18 @@ stage_bench() {
       mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda-kernels
       mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda-kernels --graph
       mk_bench "$dtype" 8 "-p 512 -n 0 -r 1" --backend cuda
-      step 20 "torch eager" -- python3 "$root/bench/torch_baseline.py" --modes eager --ctx 128 -n 32 \
+      gpu_step 20 "torch eager" -- python3 "$root/bench/torch_baseline.py" --modes eager --ctx 128 -n 32 \
         >"$work/torch.jsonl"
-      ((dry_run)) || tee -a "$bench_jsonl" <"$work/torch.jsonl"
+      ((dry_run || rehearse)) || tee -a "$bench_jsonl" <"$work/torch.jsonl"
     else
       mk_bench "$dtype" 8 "-p 0 -n 128 -r 1" --backend cuda
     fi
   done
 }
 stage_compiled() {
-  step 15 "torch compiled" -- python3 "$root/bench/torch_baseline.py" --modes compiled --ctx 128 -n 32 \
+  gpu_step 15 "torch compiled" -- python3 "$root/bench/torch_baseline.py" --modes compiled --ctx 128 -n 32 \
     >"$work/torch-compiled.jsonl"
-  ((dry_run)) || tee -a "$bench_jsonl" <"$work/torch-compiled.jsonl"
+  ((dry_run || rehearse)) || tee -a "$bench_jsonl" <"$work/torch-compiled.jsonl"
 }
 
 # ---- dry run: what can be checked without a GPU ----
@@ -458,13 +488,13 @@ for s in "${all_stages[@]}"; do
       skip_stage "$s" "a correctness stage failed"; continue
     fi
     if ((stop_on_failure && failures)); then skip_stage "$s" "--stop-on-failure"; continue; fi
-    if [[ $s == compiled ]] && ((SECONDS + stage_limit_s[$s] > budget_s - margin_s)); then
-      skip_stage "$s" "$((budget_s - margin_s - SECONDS)) s left of the run's budget"; continue
+    if [[ $s == compiled ]] && ((SECONDS + stage_limit_s[$s] * limit_scale > (budget_s - margin_s) * limit_scale)); then
+      skip_stage "$s" "$(((budget_s - margin_s) * limit_scale - SECONDS)) s left of the run's budget"; continue
     fi
   fi
   echo "===== stage $s (limit ${stage_limit_s[$s]} s): ${stage_about[$s]}"
   stage_failed=0 stage_verdict=ok
-  stage_deadline=$((SECONDS + stage_limit_s[$s]))
+  stage_deadline=$((SECONDS + stage_limit_s[$s] * limit_scale))
   t0=$SECONDS
   if ((!dry_run)) && [[ $mk_state != ok || ($s != bench && $s != compiled && $tests_state != ok) ]]; then
     echo "gpu-check: the binaries are not runnable (mk: $mk_state; mk_cuda_tests: $tests_state);" \
@@ -494,6 +524,7 @@ if ((dry_run)); then
   exit 0
 fi
 device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+((rehearse)) && device_name="CUDA emulator (rehearsal, $(nproc) cores; not a measurement)"
 python3 "$root/tools/gpu_check_report.py" results "$bench_jsonl" --date "$(date -u +%F)" --commit "$commit" \
   --device "${device_name:-?}" --model "synthetic:$bench_shape$bench_keys" | tee "$out/results.md"
 echo

@@ -76,7 +76,6 @@ void bar_sync(uint32_t id, uint32_t count, Where where) {
 
 // ---- warp collectives ----
 
-namespace {
 const char* collective_name(Collective k) {
     switch (k) {
     case Collective::shfl_idx: return "__shfl_sync";
@@ -90,6 +89,7 @@ const char* collective_name(Collective k) {
     }
 }
 
+namespace {
 void complete(Rendezvous& r) {
     uint64_t ballot = 0;
     for (uint32_t l = 0; l < 32; ++l)

@@ -272,8 +272,8 @@ void Engine::thread_exited(Device& d, Thread* t) {
     for (const Rendezvous& r : b.warps[t->warp()])
         if (r.mask >> t->lane() & 1u) {
             g.failure = g.failure.empty() ? "block " + std::to_string(b.index) + " warp " + std::to_string(t->warp()) +
-                                                " lane " + std::to_string(t->lane()) + " exited while lanes of its mask wait for it at " +
-                                                where_text(r.where)
+                                                " lane " + std::to_string(t->lane()) + " exited while lanes of its mask wait for it in " +
+                                                collective_name(r.kind) + " at " + where_text(r.where)
                                           : g.failure;
             return;
         }

@@ -241,5 +241,6 @@ inline Thread& current_thread() { return *engine().current; }
 MBarrier& mbarrier_at(Block& b, uint64_t* bar, const char* op, Where where);
 void check_mbarrier_word(Block& b, uint32_t offset, Where where);
 std::string where_text(Where w);
+const char* collective_name(Collective kind);  // "__shfl_xor_sync", ...
 
 }  // namespace mk_emu

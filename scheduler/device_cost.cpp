@@ -42,29 +42,40 @@ DeviceModel device_model_h200() {
     return m;
 }
 
-uint32_t device_warps_busy(uint32_t n_rows, const KernelStructure& code) {
-    if (code.split_row_columns && n_rows < code.consumer_warps) return code.consumer_warps;
-    return std::min(n_rows, code.consumer_warps);
+uint32_t device_warps_busy(uint32_t tile_rows, uint32_t instruction_rows, const KernelStructure& code) {
+    return std::min(code.rows_across_tiles ? instruction_rows : tile_rows, code.consumer_warps);
 }
 
 namespace {
 
-// One tile of n_rows rows of `cols` columns: warps take whole rows (ceil(n_rows / W) rounds), or with
-// split_row_columns every warp takes a 1/W column slice of each row and a shared-memory sum follows.
-double tile_ns(uint32_t n_rows, uint32_t cols, bool input_in_smem, const DeviceModel& m) {
+// One warp's row dot of `cols` columns.
+double row_ns(uint32_t cols, bool input_in_smem, const DeviceModel& m) {
+    return double(cols) / (input_in_smem ? m.warp_cols_smem_per_ns : m.warp_cols_l2_per_ns) + m.warp_reduce_ns;
+}
+
+// The consumers' row dots over an instruction's tiles. Per tile: whole rows on ceil(rows / W) rounds of the
+// warps, then the team barrier that releases the page. Rows across tiles: the W warps take the instruction's
+// rows round robin with no barrier, so ceil(all rows / W) row dots on the busiest warp. The SM's issue rate
+// bounds all warps together either way.
+double row_dots_ns(const Schedule& s, const PagePlan& plan, bool input_in_smem, const DeviceModel& m) {
     const KernelStructure& c = m.code;
-    const double warp_rate = input_in_smem ? m.warp_cols_smem_per_ns : m.warp_cols_l2_per_ns;
-    double ns;
-    if (c.split_row_columns && n_rows < c.consumer_warps) {
-        const double slice = double(cols) / c.consumer_warps;
-        ns = n_rows * (slice / warp_rate + m.warp_reduce_ns) + m.barrier_ns;  // + the partial sums' barrier
-    } else {
-        const uint32_t rounds = (n_rows + c.consumer_warps - 1) / c.consumer_warps;
-        ns = rounds * (double(cols) / warp_rate + m.warp_reduce_ns);
+    double ns = 0.0, issue_ns = 0.0;
+    uint64_t rows = 0;
+    for (const Tile& tile : plan.tiles) {
+        const uint32_t cols = s.weights[tile.weight].cols;
+        issue_ns += double(tile.n_rows) * cols / m.sm_cols_per_ns;
+        rows += tile.n_rows;
+        if (!c.rows_across_tiles) {
+            const uint32_t rounds = (tile.n_rows + c.consumer_warps - 1) / c.consumer_warps;
+            ns += std::max(rounds * row_ns(cols, input_in_smem, m), double(tile.n_rows) * cols / m.sm_cols_per_ns) +
+                  m.barrier_ns;
+        }
     }
-    // The SM's issue rate bounds all busy warps together.
-    ns = std::max(ns, double(n_rows) * cols / m.sm_cols_per_ns);
-    return ns + m.barrier_ns;  // release(): the team's barrier before the page goes back
+    if (c.rows_across_tiles && !plan.tiles.empty()) {
+        const uint64_t rounds = (rows + c.consumer_warps - 1) / c.consumer_warps;
+        ns = std::max(double(rounds) * row_ns(s.weights[plan.tiles[0].weight].cols, input_in_smem, m), issue_ns);
+    }
+    return ns;
 }
 
 bool is_row_streaming(const std::string& op) {
@@ -106,8 +117,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
             t.consume_ns += m.l2_load_ns + 3 * m.barrier_ns;
         else if (staged)  // staging the input: one pass from L2 and a barrier
             t.consume_ns += m.l2_load_ns + m.barrier_ns;
-        for (const Tile& tile : plan.tiles)
-            t.consume_ns += tile_ns(tile.n_rows, s.weights[tile.weight].cols, smem_input, m);
+        t.consume_ns += row_dots_ns(s, plan, smem_input, m);
         t.load_ns = double(cost.weight_bytes) / fill_bytes_per_ns;
     } else if (name == "attn_partial") {
         const auto a = decode_args<AttnPartialArgs>(ins);
@@ -147,14 +157,21 @@ std::vector<TileShape> device_tile_shapes(const Schedule& s, const DeviceModel& 
     for (const auto& stream : s.streams)
         for (const Instruction& ins : stream) {
             if (!is_row_streaming(op_info(ins.opcode).name)) continue;
-            for (const Tile& tile : plan_of(s, ins).tiles) {
+            const PagePlan plan = plan_of(s, ins);
+            uint32_t instruction_rows = 0;
+            for (const Tile& tile : plan.tiles) instruction_rows += tile.n_rows;
+            for (const Tile& tile : plan.tiles) {
                 const WeightFormat& w = s.weights[tile.weight];
                 const std::string key = fmt::format("{} x {} {}", w.rows, w.cols, dtype_name(DType(w.dtype)));
                 TileShape& shape = by_shape[key];
                 shape.weight = key;
                 shape.warps = m.code.consumer_warps;
-                shape.rows_per_tile = std::max(shape.rows_per_tile, tile.n_rows);
-                shape.warps_busy = device_warps_busy(shape.rows_per_tile, m.code);
+                // The shape's usual tile (the largest) in its smallest instruction.
+                if (tile.n_rows >= shape.rows_per_tile) {
+                    shape.rows_per_tile = tile.n_rows;
+                    const uint32_t busy = device_warps_busy(tile.n_rows, instruction_rows, m.code);
+                    shape.warps_busy = shape.tiles == 0 ? busy : std::min(shape.warps_busy, busy);
+                }
                 shape.tiles++;
             }
         }

@@ -15,18 +15,24 @@ namespace mk {
 // same commit as the code they describe (device_model_h200() holds today's).
 struct KernelStructure {
     uint32_t consumer_warps = 7;      // warps 1..7 of 8 (interpreter.cu: kInterpreterThreads)
-    bool split_row_columns = false;   // a tile with fewer rows than warps splits each row's columns across warps
-    uint32_t matvec_input_smem_cols = 0;  // matvec_add stages inputs of up to this many fp32 in shared memory (else L2)
-    uint32_t wait_dependent_loads = 3;  // dependent global loads per counter wait, the counter's acquire included
-    uint32_t decode_byte_loads = 64;    // LDG.E.U8 executed by one decode_args (memcpy of a <= 64-byte Args)
-    uint32_t signal_fences = 2;         // fences before a signal lands (__threadfence + the release add's own)
+    bool rows_across_tiles = true;    // rows dealt to warps over the instruction's tiles, a warp releasing each tile
+                                      // when its own rows are done (before issue 20: per tile, then a team barrier)
+    uint32_t matvec_input_smem_cols = 4096;  // matvec_add stages inputs of up to this many fp32 in shared memory
+                                             // (the scratch beside 13 pages of the H200: ~4,600 floats), else L2
+    uint32_t wait_dependent_loads = 2;  // dependent global loads per counter wait: its SyncSlots entry, the counter
+    uint32_t decode_byte_loads = 0;     // LDG.E.U8 executed by one decode_args (word loads since issue 20)
+    uint32_t signal_fences = 1;         // fences before a signal lands (the release add's own)
     uint32_t barriers_per_instruction = 2;  // team barriers around the op (wait published, stores done)
-    bool attn_heads_serial = true;      // attn_partial runs the group's query heads one after another
-    uint32_t attn_positions_per_trip = 7;  // positions of one head in flight per loop trip (one per warp)
-    uint32_t attn_trip_load_rounds = 1;    // dependent K/V load rounds per trip (K and V rows load together)
-    uint32_t attn_trip_shuffles = 5;       // dependent shuffles per trip (the score's warp sum)
+    // attn_partial: a warp takes 32 positions a trip, one lane each, all heads of the group per K/V row;
+    // a trip is 4 rounds of K loads (unrolled by 4 of 16 float4) and 4 of V rows (8 in flight), 2 x 5 reduction
+    // shuffles and 32 broadcasts.
+    bool attn_heads_serial = false;        // the group's query heads one after another (before issue 20: true)
+    uint32_t attn_positions_per_trip = 224;  // positions in flight per trip over the team (before: 7)
+    uint32_t attn_trip_load_rounds = 8;    // dependent K/V load rounds per trip (before: 1)
+    uint32_t attn_trip_shuffles = 42;      // dependent shuffles per trip (before: 5, the score's warp sum)
     double wait_backoff_max_ns = 1024;  // a waiter's __nanosleep grows to this: polls land late by up to it
-    uint32_t token_system_fences = 3;   // post_token: system-scope fences on the critical path
+    uint32_t token_system_fences = 0;   // post_token: system-scope fences on the critical path (before: 3; the gate's
+                                        // release now precedes the host's copy)
     uint32_t token_pcie_reads = 1;      // post_token: reads of host memory (the cancel flag)
     bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
 };
@@ -71,8 +77,9 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m);
 
-// Consumer warps busy on a tile of `n_rows` rows of a weight: the proxy the issue tracks per matrix shape.
-uint32_t device_warps_busy(uint32_t n_rows, const KernelStructure& code);
+// Consumer warps busy on a tile of `tile_rows` rows in an instruction of `instruction_rows` rows (over all its
+// tiles): the proxy the issue tracks per matrix shape.
+uint32_t device_warps_busy(uint32_t tile_rows, uint32_t instruction_rows, const KernelStructure& code);
 
 // Per weight matrix of the schedule: rows per tile and consumer warps busy on such a tile.
 struct TileShape {

@@ -1,8 +1,11 @@
-// attn_partial on the device: for each query head of the group, the warps split the chunk's
-// positions (warp w takes begin + w, begin + w + n, ...) and each runs an online softmax, its lanes
-// holding q and the output accumulator for dims lane, lane + 32, ...; the warps' (m, l, o) meet in
-// scratch and are merged in warp order (deterministic, no atomics). Scores are never stored, so any
-// context length fits. Head dims up to kMaxHeadDim.
+// attn_partial on the device. Streaming path (head_dim 64 or 128, the group's output dims per lane
+// within kMaxGroupDims): every K/V row is read once for all query heads of the group. A warp takes 32
+// positions at a time, one lane per position: the lane dots its K row with every head's q (q staged in
+// scratch, read as broadcasts), then the warp updates each head's online softmax (block max and sum by
+// shuffles) and accumulates the V rows, lane d holding dims d, d + 32, ... of every head. The 32 rows of a
+// block are independent loads, so many are in flight per warp. Other shapes take the per-head path (warps
+// split positions, a position per warp per trip). Either way the warps' (m, l, o) meet in scratch and are
+// merged in warp order (deterministic, no atomics); scores are never stored, so any context length fits.
 #pragma once
 #include "instructions/attn_partial/attn_partial.hpp"
 #include "instructions/common/device_math.cuh"
@@ -12,13 +15,121 @@ namespace mk {
 struct AttnPartialDevice {
     static constexpr uint32_t kMaxHeadDim = 256;
     static constexpr uint32_t kDimsPerLane = kMaxHeadDim / 32;
+    static constexpr uint32_t kMaxGroupDims = 16;  // registers for o: group x head_dim / 32 per lane
+    static constexpr uint32_t kMaxGroup = 8;
+    static constexpr uint32_t kRowsInFlight = 8;   // V rows a warp loads before using them
 
     template <class Tiles>
     static __device__ void run(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles&) {
         const auto a = decode_args<AttnPartialArgs>(ins);
-        const uint32_t hd = a.head_dim, lane = team.lane(), warp = team.warp();
         int32_t begin = 0, end = 0;
         attn_chunk(ctx.pos, a.part, a.n_parts, begin, end);
+        const uint32_t stride = a.head_dim + 2;  // one head's state in scratch: {m, l, o[hd]}
+        const uint32_t room = ctx.scratch_floats > a.group * a.head_dim ? ctx.scratch_floats - a.group * a.head_dim : 0;
+        const uint32_t n_split = min(team.n_warps(), room / (a.group * stride));
+        const bool streaming = n_split > 0 && a.group <= kMaxGroup;
+        if (streaming && a.head_dim == 64 && a.group <= kMaxGroupDims / 2)
+            return run_streaming<2>(a, ctx, team, begin, end, n_split);
+        if (streaming && a.head_dim == 128 && a.group <= kMaxGroupDims / 4)
+            return run_streaming<4>(a, ctx, team, begin, end, n_split);
+        run_per_head(a, ctx, team, begin, end);
+    }
+
+    // kDims = head_dim / 32: output dims per lane per head.
+    template <uint32_t kDims>
+    static __device__ void run_streaming(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,
+                                         int32_t begin, int32_t end, uint32_t n_split) {
+        constexpr uint32_t hd = 32 * kDims;
+        constexpr uint32_t kGroups = kMaxGroupDims / kDims < kMaxGroup ? kMaxGroupDims / kDims : kMaxGroup;
+        const uint32_t lane = team.lane(), warp = team.warp(), group = a.group;
+        const uint32_t stride = hd + 2;
+        const float* keys = ctx.k_cache + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
+        const float* values = ctx.v_cache + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
+        const float scale = 1.0f / sqrtf(float(hd));
+        float* q = ctx.scratch;                           // (group, hd) fp32, pre-scaled (16-byte aligned)
+        float* states = ctx.scratch + group * hd;         // (n_split, group) x {m, l, o[hd]}
+        const float* q_in = ctx.f32(a.q_off) + uint64_t(a.kv_head) * group * hd;
+        for (uint32_t i = team.rank; i < group * hd; i += team.size) q[i] = q_in[i] * scale;
+        team.sync();
+
+        if (warp < n_split) {
+            float m[kGroups], l[kGroups], o[kGroups][kDims];
+#pragma unroll
+            for (uint32_t g = 0; g < kGroups; ++g) {
+                m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+                for (uint32_t k = 0; k < kDims; ++k) o[g][k] = 0.0f;
+            }
+            for (int32_t base = begin + 32 * int32_t(warp); base < end; base += 32 * int32_t(n_split)) {
+                const int32_t t = base + int32_t(lane);
+                const uint32_t n_valid = uint32_t(min(32, end - base));
+                // This lane's scores: its K row against every head's q.
+                float s[kGroups];
+#pragma unroll
+                for (uint32_t g = 0; g < kGroups; ++g) s[g] = 0.0f;
+                if (t < end) {
+                    const float* k = keys + uint64_t(t) * hd;
+#pragma unroll 4
+                    for (uint32_t d = 0; d < hd; d += 4) {
+                        const float4 kv = dev::load_f4(k + d);
+#pragma unroll
+                        for (uint32_t g = 0; g < kGroups; ++g)
+                            if (g < group) s[g] += dev::dot4(kv, dev::load_f4(q + g * hd + d));
+                    }
+                }
+#pragma unroll
+                for (uint32_t g = 0; g < kGroups; ++g) {
+                    if (g >= group) break;
+                    const float score = t < end ? s[g] : -INFINITY;
+                    const float m_new = fmaxf(m[g], dev::warp_max(score));  // finite: lane 0 is valid
+                    const float correction = expf(m[g] - m_new);
+                    s[g] = t < end ? expf(score - m_new) : 0.0f;  // this lane's p
+                    l[g] = l[g] * correction + dev::warp_sum(s[g]);
+#pragma unroll
+                    for (uint32_t k = 0; k < kDims; ++k) o[g][k] *= correction;
+                    m[g] = m_new;
+                }
+                // V rows of the block, kRowsInFlight at a time, lane d its dims; p of position j is lane j's.
+                for (uint32_t j0 = 0; j0 < n_valid; j0 += kRowsInFlight) {
+                    float vr[kRowsInFlight][kDims];
+#pragma unroll
+                    for (uint32_t j = 0; j < kRowsInFlight; ++j) {
+                        const float* v = values + uint64_t(base + int32_t(j0 + j)) * hd;
+#pragma unroll
+                        for (uint32_t k = 0; k < kDims; ++k) vr[j][k] = j0 + j < n_valid ? v[lane + 32 * k] : 0.0f;
+                    }
+#pragma unroll
+                    for (uint32_t j = 0; j < kRowsInFlight; ++j)
+#pragma unroll
+                        for (uint32_t g = 0; g < kGroups; ++g) {
+                            if (g >= group) break;
+                            const float p = __shfl_sync(0xffffffffu, s[g], j0 + j);
+#pragma unroll
+                            for (uint32_t k = 0; k < kDims; ++k) o[g][k] += p * vr[j][k];
+                        }
+                }
+            }
+#pragma unroll
+            for (uint32_t g = 0; g < kGroups; ++g) {
+                if (g >= group) break;
+                float* state = states + (warp * group + g) * stride;
+                if (lane == 0) state[0] = m[g], state[1] = l[g];
+#pragma unroll
+                for (uint32_t k = 0; k < kDims; ++k) state[2 + lane + 32 * k] = o[g][k];
+            }
+        }
+        team.sync();
+        for (uint32_t g = 0; g < group; ++g)
+            merge(ctx, team, a, a.kv_head * group + g, n_split, states + g * stride, group * stride);
+        team.sync();  // the scratch is free when run returns
+    }
+
+    // Any head_dim up to kMaxHeadDim: for each query head of the group, the warps split the chunk's positions
+    // (warp w takes begin + w, begin + w + n, ...), each running an online softmax with its lanes holding q and
+    // the output accumulator for dims lane, lane + 32, ...
+    static __device__ void run_per_head(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,
+                                        int32_t begin, int32_t end) {
+        const uint32_t hd = a.head_dim, lane = team.lane(), warp = team.warp();
         const float* keys = ctx.k_cache + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
         const float* values = ctx.v_cache + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
         const float scale = 1.0f / sqrtf(float(hd));
@@ -61,31 +172,32 @@ struct AttnPartialDevice {
                     if (lane + 32 * j < hd) state[2 + lane + 32 * j] = o[j];
             }
             team.sync();
-            merge(ctx, team, a, h, n_split, stride);
+            merge(ctx, team, a, h, n_split, ctx.scratch, stride);
             team.sync();  // the scratch is free for the next head
         }
     }
 
-    // Every thread finds the common max in warp order; thread r writes dims r, r + size, ...
-    // Warps without positions (l = 0) are skipped, so an empty chunk writes m = -inf, l = 0, o = 0.
+    // Head h's states, warp w's at states[w * warp_stride]: every thread finds the common max in warp order;
+    // thread r writes dims r, r + size, ... Warps without positions (l = 0) are skipped, so an empty chunk
+    // writes m = -inf, l = 0, o = 0.
     static __device__ void merge(const DeviceOpContext& ctx, const Team& team, const AttnPartialArgs& a, uint32_t h,
-                                 uint32_t n_split, uint32_t stride) {
-        const float* states = ctx.scratch;
+                                 uint32_t n_split, const float* states, uint32_t warp_stride) {
         float m = -INFINITY;
         for (uint32_t w = 0; w < n_split; ++w)
-            if (states[w * stride + 1] > 0.0f) m = fmaxf(m, states[w * stride]);
+            if (states[w * warp_stride + 1] > 0.0f) m = fmaxf(m, states[w * warp_stride]);
         const uint64_t slot = uint64_t(h) * a.n_parts + a.part;
         float* o = ctx.f32(a.o_off) + slot * a.head_dim;
         for (uint32_t d = team.rank; d < a.head_dim; d += team.size) {
             float sum = 0.0f;
             for (uint32_t w = 0; w < n_split; ++w)
-                if (states[w * stride + 1] > 0.0f) sum += expf(states[w * stride] - m) * states[w * stride + 2 + d];
+                if (states[w * warp_stride + 1] > 0.0f)
+                    sum += expf(states[w * warp_stride] - m) * states[w * warp_stride + 2 + d];
             o[d] = sum;
         }
         if (team.rank == 0) {
             float l = 0.0f;
             for (uint32_t w = 0; w < n_split; ++w)
-                if (states[w * stride + 1] > 0.0f) l += expf(states[w * stride] - m) * states[w * stride + 1];
+                if (states[w * warp_stride + 1] > 0.0f) l += expf(states[w * warp_stride] - m) * states[w * warp_stride + 1];
             float* ml = ctx.f32(a.ml_off) + slot * 2;
             ml[0] = m;
             ml[1] = l;

@@ -22,6 +22,11 @@ __device__ inline float warp_sum(float v) {
     return v;
 }
 
+__device__ inline float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
 // Sum over the team, the same value in every thread: warps reduce, then every thread adds the warp
 // sums in warp order (deterministic). Ends with a sync so `red` can be reused at once.
 __device__ inline float team_sum(float v, const Team& team, float* red) {
@@ -145,17 +150,25 @@ __device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float*
     return warp_sum(acc);
 }
 
-// Calls visit(tile, row, dot) for every weight row of every tile, dot = row . x valid in all lanes;
-// warp w takes rows w, w + n_warps, ... of each tile. Tiles are acquired and released in order.
+// Calls visit(tile, row, dot) for every weight row of every tile, dot = row . x valid in all lanes of the
+// visiting warp. Rows are dealt to warps across tiles: the instruction's row r (counted from its first tile's
+// first row) goes to warp r % n_warps, so every warp works whatever a tile holds (BF16 rows of 2048 columns
+// fill a 16 KiB page with 4, of 8192 columns with 1), a warp sees its rows in increasing order, and paired
+// tiles of the same rows (gate/up) give a row to the same warp. Every warp acquires and releases every tile
+// in order, releasing it once its own rows in it are done: no team barrier per tile.
 template <class Tiles, class Visit>
 __device__ inline void for_each_row_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, const float* x,
                                         uint32_t cols, Visit&& visit) {
+    const uint32_t n_warps = team.n_warps(), warp = team.warp();
+    const uint32_t base = tiles.count() ? tiles.info(0).row_begin : 0;
     for (uint32_t t = 0; t < tiles.count(); ++t) {
         const uint8_t* bytes = tiles.acquire(t);
         const DeviceTile& tile = tiles.info(t);
         const DeviceWeight& w = ctx.weights[tile.weight];
-        for (uint32_t r = team.warp(); r < tile.n_rows; r += team.n_warps())
-            visit(tile, tile.row_begin + r, row_dot(w.dtype, bytes + uint64_t(r) * w.row_bytes, x, cols, team.lane()));
+        const uint32_t first = (warp + n_warps - (tile.row_begin - base) % n_warps) % n_warps;  // this warp's first
+        for (uint32_t r = first; r < tile.n_rows; r += n_warps)
+            visit(tile, tile.row_begin + r,
+                  row_dot(w.dtype, bytes + uint64_t(r) * w.row_bytes, x, cols, team.lane()));
         tiles.release(t);
     }
 }

@@ -262,14 +262,12 @@ private:
         p.tile_begin = s.tile_begin.as<uint32_t>();
         p.tiles = s.tiles.as<DeviceTile>();
         p.release_begin = s.release_begin.as<uint32_t>();
-        p.release_order = s.release_order.as<uint8_t>();
         p.weight_blob = s.blob.as<uint8_t>();
         p.n_sms = gpu.n_blocks();  // every rank's streams in loopback, one rank's on separate GPUs
         p.ctx = s.ctx;
         p.first_rank = gpu.first_rank;
         p.sms_per_rank = s.schedule.target.n_sms;
-        p.counter_is_remote = s.counter_is_remote.as<uint8_t>();
-        p.step_totals = s.step_totals.as<uint32_t>();
+        p.sync = s.sync_slots.as<SyncSlots>();
         p.token_off = s.posted_token_off();  // the first rank's sample hands its token to the host
         p.control = gpu.control.as<DeviceControl>();
         p.mailbox = gpu.mailbox->device_;

@@ -8,6 +8,7 @@
 #include "instructions/sample/sampling.hpp"
 #include "models/error.hpp"
 #include "models/quant.hpp"
+#include "runtime/cuda/interpreter.hpp"
 #include "runtime/model_weights.hpp"
 #include "runtime/program.hpp"
 
@@ -236,22 +237,35 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     // Shared: every rank's bases are the same. One rank: its peers' entries come from set_peer.
     while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);
     s.rank_table = upload_vector(s.rank_memory, "rank table");
-    std::vector<uint8_t> remote(counter_bytes / 8, 0);
-    for (const auto& stream : s.schedule.streams)
-        for (const Instruction& ins : stream)
-            if (op_info(ins.opcode).effects(ins).writes_peer())
-                for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
-    s.counter_is_remote = upload_vector(remote, "counter scopes");
     s.rope = upload_vector(bound.rope_inv_freq, "RoPE table");
     s.instructions = upload_vector(s.layout.instructions, "instructions");
     s.stream_begin = upload_vector(s.layout.stream_begin, "stream table");
     s.tile_begin = upload_vector(s.layout.tile_begin, "tile index");
     s.tiles = upload_vector(s.layout.tiles, "tiles");
     s.release_begin = upload_vector(s.layout.release_begin, "release index");
-    s.release_order = upload_vector(s.layout.release_order, "release order");
-    std::vector<uint32_t> totals;
-    for (const CounterInfo& c : s.schedule.counters) totals.push_back(c.step_total);
-    s.step_totals = upload_vector(totals, "counter totals");
+    // A counter a transfer signals is acquired and released at system scope by everyone (peers write it).
+    std::vector<uint8_t> remote(counter_bytes / 8, 0);
+    for (const auto& stream : s.schedule.streams)
+        for (const Instruction& ins : stream)
+            if (op_info(ins.opcode).effects(ins).writes_peer())
+                for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
+    std::vector<SyncSlots> sync(s.layout.instructions.size(), SyncSlots{});
+    for (size_t i = 0; i < sync.size(); ++i) {
+        const Instruction& ins = s.layout.instructions[i];
+        for (uint32_t w = 0; w < ins.n_waits; ++w) {
+            const Wait& wait = ins.waits[w];
+            sync[i].waits[w] = {wait.counter, kSlotValid | (remote[wait.counter] ? kSlotSystem : 0u),
+                                s.schedule.counters[wait.counter].step_total, wait.target};
+        }
+        for (uint32_t g = 0; g < ins.n_signals; ++g) {
+            const Signal& signal = ins.signals[g];
+            sync[i].signals[g] = {signal.counter,
+                                  signal.delta | (kSlotValid | (remote[signal.counter] ? kSlotSystem : 0u)) << 16};
+        }
+        pack_release_order(s.layout.release_order.data() + s.layout.release_begin[i],
+                           s.layout.release_begin[i + 1] - s.layout.release_begin[i], sync[i].release);
+    }
+    s.sync_slots = upload_vector(sync, "wait and signal slots");
 
     const RankMemory& first = s.rank_memory[one_rank ? placement.rank : 0];
     s.ctx.dims = d;

@@ -80,13 +80,13 @@ struct DeviceState {
     PreparedSchedule prepared;  // points into schedule
     UploadLayout layout;
     DeviceBuffer blob, weights, rope;
-    DeviceBuffer instructions, stream_begin, tile_begin, tiles, release_begin, release_order;
+    DeviceBuffer instructions, stream_begin, tile_begin, tiles, release_begin;
     RankPlacement placement;
     std::vector<RankBuffers> ranks;  // one (shared, one_rank) or one per rank (separate); arena and counters
                                      // are empty when the placement gave exchange memory
     std::vector<RankMemory> rank_memory;  // by rank, as uploaded to rank_table
     DeviceBuffer rank_table;
-    DeviceBuffer step_totals, counter_is_remote;
+    DeviceBuffer sync_slots;  // SyncSlots by instruction (interpreter.hpp)
     DeviceOpContext ctx{};  // the first rank's memory (rank 0's but one_rank); pos, token, scratch left for the launcher
     uint64_t weight_bytes = 0;
 

@@ -40,6 +40,13 @@ __device__ bool is_stop_token(const Command& c, int32_t token) {
     return false;
 }
 
+// A role's ring after instruction `sync`'s `used` pages: its release order in registers, then the hand-off.
+__device__ inline void finish_ring(PageRing& ring, const SyncSlots& sync, uint32_t used) {
+    const uint4 a = reinterpret_cast<const uint4*>(sync.release)[0], b = reinterpret_cast<const uint4*>(sync.release)[1];
+    const uint32_t order[PageRing::kMaxPages / 4] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    ring.finish(order, used);
+}
+
 // Warp 0, lane 0: issue every tile of the stream's instructions for one step.
 struct Loader {
     const InterpreterParams& P;
@@ -59,7 +66,7 @@ struct Loader {
             for (uint32_t t = tb; t < te; ++t) {
                 const uint32_t p = ring.page_of_tile(t - tb, used);
                 if (filled_once >> p & 1u) {
-                    if (!wait_phase(&pages.empty[p], empty_parity >> p & 1u, guard)) return false;
+                    if (!wait_phase(&pages.empty[p], empty_parity >> p & 1u, guard, true)) return false;
                     empty_parity ^= 1u << p;
                 } else {
                     filled_once |= 1u << p;
@@ -71,7 +78,7 @@ struct Loader {
                 bulk_copy_to_shared(pages.page(p), P.weight_blob + tile.src_offset, tile.bytes, &pages.full[p]);
                 fill_parity ^= 1u << p;
             }
-            if (used) ring.finish(P.release_order + P.release_begin[i], used);
+            if (used) finish_ring(ring, P.sync[i], used);
         }
         return true;
     }
@@ -108,15 +115,17 @@ struct Consumers {
             TraceRecord* trace = P.trace && guard.epoch < P.trace_steps
                                      ? &P.trace[uint64_t(guard.epoch) * P.n_instructions + i]
                                      : nullptr;
+            const SyncSlots& sync = P.sync[i];
             if (team.rank == 0) {
                 if (trace) trace->start = cuda_sync::global_timer_ns();
                 guard.index = i - begin;
                 guard.opcode = ins.opcode;
-                for (uint32_t w = 0; w < ins.n_waits; ++w) {
-                    const Wait& wait = ins.waits[w];
-                    const uint64_t target = uint64_t(guard.epoch) * P.step_totals[wait.counter] + wait.target;
+                for (uint32_t w = 0; w < kMaxWaits; ++w) {
+                    const WaitSlot wait = sync.waits[w];
+                    if (!(wait.flags & kSlotValid)) break;
+                    const uint64_t target = uint64_t(guard.epoch) * wait.step_total + wait.target;
                     if (!cuda_sync::wait_at_least<uint64_t>(&counters[wait.counter], target, guard, wait.counter,
-                                                            P.counter_is_remote[wait.counter] != 0)) {
+                                                            (wait.flags & kSlotSystem) != 0)) {
                         sh.wait_failed = 1;
                         break;
                     }
@@ -142,21 +151,27 @@ struct Consumers {
                     // The peer's counter, after the copy into its memory: system scope (NVLink, another GPU).
                     uint64_t* peer = ctx.ranks[effects.peer_rank].counters;
                     __threadfence_system();
-                    for (uint32_t g = 0; g < ins.n_signals; ++g)
-                        cuda_sync::release_add_system(&peer[ins.signals[g].counter], ins.signals[g].delta);
+                    for (uint32_t g = 0; g < kMaxSignals; ++g) {
+                        const SignalSlot signal = sync.signals[g];
+                        if (!(signal.delta_flags >> 16 & kSlotValid)) break;
+                        cuda_sync::release_add_system(&peer[signal.counter], signal.delta_flags & 0xffffu);
+                    }
                 } else {
-                    __threadfence();
-                    for (uint32_t g = 0; g < ins.n_signals; ++g) {
+                    // The team barrier above orders the team's stores before this thread's release add, which is
+                    // cumulative: no separate fence (one was here, a second fence on every instruction's path).
+                    for (uint32_t g = 0; g < kMaxSignals; ++g) {
+                        const SignalSlot signal = sync.signals[g];
+                        const uint32_t flags = signal.delta_flags >> 16, delta = signal.delta_flags & 0xffffu;
+                        if (!(flags & kSlotValid)) break;
                         // A counter peers' transfers also signal gets every add at their scope.
-                        const uint16_t c = ins.signals[g].counter;
-                        if (P.counter_is_remote[c]) cuda_sync::release_add_system(&counters[c], ins.signals[g].delta);
-                        else cuda_sync::release_add(&counters[c], ins.signals[g].delta);
+                        if (flags & kSlotSystem) cuda_sync::release_add_system(&counters[signal.counter], delta);
+                        else cuda_sync::release_add(&counters[signal.counter], delta);
                     }
                 }
                 // A TP schedule samples the same token on every rank; this GPU's first rank's goes to its host mailbox.
                 if (effects.token_off == P.token_off)
                     post_token(step);
-                if (tiles.used) sh.consumer_ring.finish(P.release_order + P.release_begin[i], tiles.used);
+                if (tiles.used) finish_ring(sh.consumer_ring, sync, tiles.used);
                 if (trace) trace->end = cuda_sync::global_timer_ns();
             }
         }
@@ -173,13 +188,15 @@ struct Consumers {
         const bool generating = step + 1 >= c.n_tokens;
         const bool stop = last || (generating && is_stop_token(c, token)) || cancel;
         P.control->stop = stop ? 1u : 0u;
+        // The next step's gate first: the host's copy below (three system-scope fences) is then off the
+        // critical path. The block's end-of-step barrier still orders it before this command's run_done.
+        cuda_sync::release_store(&P.control->steps_done, step + 1);
         if (P.mailbox) {
             P.mailbox->tokens[step % kTokenRing] = token;
             __threadfence_system();
             if (stop && !last) cuda_sync::system_store(&P.mailbox->stopped, 1u);
             cuda_sync::system_store(&P.mailbox->steps_done, step + 1);
         }
-        cuda_sync::release_store(&P.control->steps_done, step + 1);
     }
 };
 
@@ -193,8 +210,10 @@ __device__ bool wait_for_command(const InterpreterParams& P, uint32_t seq, const
 }
 
 // Every thread of the block: run the command's steps.
-__device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader& loader, Consumers& consumers,
-                            DeviceOpContext& ctx, WaitGuard guard) {
+// Inlined: called as a function, its generic pointers lose their address space (LD.E for LDG.E) and ptxas
+// reserves all 16 named barriers and a stack frame.
+__device__ __forceinline__ void run_command(const InterpreterParams& P, SharedState& sh, Loader& loader,
+                                            Consumers& consumers, DeviceOpContext& ctx, WaitGuard guard) {
     const uint32_t sm = blockIdx.x, tid = threadIdx.x;
     const uint32_t begin = P.stream_begin[sm], end = P.stream_begin[sm + 1];
     const Command& c = sh.command;
@@ -227,9 +246,13 @@ __device__ void run_command(const InterpreterParams& P, SharedState& sh, Loader&
             ctx.token = sh.token;
             consumers.run_step(begin, end, guard, s, ctx);
         }
-        // Every thread must take the same way out, so one thread reads the abort flags for the block.
+        // Every thread must take the same way out, so one thread reads the abort flag for the block; block 0's
+        // also reads the host's (one PCIe read a step, not one per block) and mirrors it into the device's.
         __syncthreads();
-        if (tid == 0) sh.ok = cuda_sync::aborted(guard) ? 0u : 1u;
+        if (tid == 0) {
+            const bool aborted = sm == 0 ? cuda_sync::aborted_mirrored(guard) : cuda_sync::device_aborted(guard);
+            sh.ok = aborted ? 0u : 1u;
+        }
         __syncthreads();
         if (!sh.ok) return;
     }
@@ -250,7 +273,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
     if (tid == 0) {
         for (uint32_t p = 0; p < P.n_pages; ++p) {
             mbarrier_init(&pages.full[p], 1);
-            mbarrier_init(&pages.empty[p], 1);
+            mbarrier_init(&pages.empty[p], blockDim.x / 32 - 1);  // one arrival per consumer warp
         }
         ptx::fence_mbarrier_init();
         sh.loader_ring.reset(P.n_pages);

@@ -7,9 +7,30 @@
 
 #include "instructions/device_types.hpp"
 #include "runtime/cuda/control.hpp"
+#include "runtime/cuda/page_ring.hpp"
 
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
+
+// One instruction's waits and signals resolved on the host, so a consumer's wait is one load of its slot
+// and then the counter (not the record, then the counter's tables, then the counter), and no byte loads.
+struct WaitSlot {
+    uint32_t counter;
+    uint32_t flags;       // kSlotValid | kSlotSystem (a counter a transfer signals: system-scope acquire)
+    uint32_t step_total;  // the counter's increment per step
+    uint32_t target;      // within the step
+};
+struct SignalSlot {
+    uint32_t counter;
+    uint32_t delta_flags;  // delta in the low 16 bits, kSlotValid | kSlotSystem above
+};
+inline constexpr uint32_t kSlotValid = 1, kSlotSystem = 2;
+struct alignas(16) SyncSlots {
+    WaitSlot waits[kMaxWaits];  // the valid ones first, in the record's order
+    SignalSlot signals[kMaxSignals];
+    uint32_t release[PageRing::kMaxPages / 4];  // the page release order, packed by pack_release_order (page_ring.hpp)
+};
+static_assert(sizeof(SyncSlots) == 112);
 
 struct InterpreterParams {
     // The upload layout (device copies of UploadLayout's arrays).
@@ -18,7 +39,6 @@ struct InterpreterParams {
     const uint32_t* tile_begin;
     const DeviceTile* tiles;
     const uint32_t* release_begin;
-    const uint8_t* release_order;
     const uint8_t* weight_blob;
     uint32_t n_sms;  // blocks: this GPU's streams (every rank's in loopback, one rank's on separate GPUs)
 
@@ -28,8 +48,7 @@ struct InterpreterParams {
     // one rank each otherwise); its arena, caches and counters are ctx.ranks[rank]'s. The counters
     // (schedule.counters.size() per rank) are monotonic for the kernel's life.
     uint32_t first_rank, sms_per_rank;
-    const uint8_t* counter_is_remote;  // by counter: 1 when a transfer signals it (system-scope acquire)
-    const uint32_t* step_totals;  // per counter: its increment per step
+    const SyncSlots* sync;     // by instruction, as `instructions`
     uint32_t token_off;        // arena offset of the token this GPU posts (i32): its first rank's sample
 
     DeviceControl* control;

@@ -7,6 +7,12 @@
 
 #include "instructions/encoding.hpp"
 
+#if defined(__CUDACC__)
+#define MK_PAGE_RING_UNROLL _Pragma("unroll")
+#else
+#define MK_PAGE_RING_UNROLL
+#endif
+
 namespace mk {
 
 struct PageRing {
@@ -21,11 +27,23 @@ struct PageRing {
     }
     // The physical page of tile t for an instruction holding `used` pages (before finish()).
     MK_HOST_DEVICE uint32_t page_of_tile(uint32_t t, uint32_t used) const { return hand_out[t % used]; }
-    // The instruction that held the first `used` slots freed them in `release_order` (slot ids).
-    MK_HOST_DEVICE void finish(const uint8_t* release_order, uint32_t used) {
-        for (uint32_t k = 0; k < used; ++k) taken[k] = hand_out[k];
-        for (uint32_t k = 0; k < used; ++k) hand_out[k] = taken[release_order[k]];
+    // The instruction that held the first `used` slots freed them in `order` (slot ids, packed by
+    // pack_release_order: the kernel loads them in two 16-byte loads, not a dependent byte load per slot).
+    // Unrolled so the words stay in registers.
+    MK_HOST_DEVICE void finish(const uint32_t (&order)[kMaxPages / 4], uint32_t used) {
+        MK_PAGE_RING_UNROLL
+        for (uint32_t k = 0; k < kMaxPages; ++k)
+            if (k < used) taken[k] = hand_out[k];
+        MK_PAGE_RING_UNROLL
+        for (uint32_t k = 0; k < kMaxPages; ++k)
+            if (k < used) hand_out[k] = taken[order[k / 4] >> (8 * (k % 4)) & 0xffu];
     }
 };
+
+// An instruction's release order (`used` slot ids) packed four slots a word, low byte first.
+inline void pack_release_order(const uint8_t* slots, uint32_t used, uint32_t (&order)[PageRing::kMaxPages / 4]) {
+    for (uint32_t w = 0; w < PageRing::kMaxPages / 4; ++w) order[w] = 0;
+    for (uint32_t k = 0; k < used && k < PageRing::kMaxPages; ++k) order[k / 4] |= uint32_t(slots[k]) << (8 * (k % 4));
+}
 
 }  // namespace mk

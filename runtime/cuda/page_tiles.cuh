@@ -1,5 +1,5 @@
 // Shared-memory pages: each page has a "full" mbarrier (the loader's bulk copy completes it with its
-// byte count) and an "empty" mbarrier (the consumers arrive once they no longer read the page). Every
+// byte count) and an "empty" mbarrier (each consumer warp arrives once it no longer reads the page). Every
 // thread tracks the parity of each page's next phase in a 32-bit mask, so no per-page counters are
 // shared between roles. PageTiles is the Tiles an op sees inside the resident kernel.
 #pragma once
@@ -27,10 +27,13 @@ struct Pages {
     __device__ uint8_t* page(uint32_t p) const { return base + size_t(p) * page_bytes; }
 };
 
-// Waits for a page barrier phase; false when the run was aborted meanwhile.
-__device__ inline bool wait_phase(uint64_t* bar, uint32_t parity, const cuda_sync::WaitGuard& guard) {
+// Waits for a page barrier phase; false when the run was aborted meanwhile. Only the `poller` (the loader,
+// lane 0 of a consumer warp) reads the host's abort flag, mirroring it into the device's, which the others poll.
+__device__ inline bool wait_phase(uint64_t* bar, uint32_t parity, const cuda_sync::WaitGuard& guard, bool poller) {
     for (uint32_t spin = 1; !mbarrier_try_wait(bar, parity); ++spin)
-        if (spin % 64 == 0 && cuda_sync::aborted(guard)) return false;
+        if (spin % 64 == 0 && (poller ? cuda_sync::aborted_mirrored(guard)
+                                      : cuda_sync::device_aborted(guard)))
+            return false;
     return true;
 }
 
@@ -51,15 +54,19 @@ struct PageTiles {
     __device__ const uint8_t* acquire(uint32_t t) {
         const uint32_t p = ring->page_of_tile(t, used);
         // After an abort the bytes may never come: ops then compute garbage nobody reads.
-        if (ok && !wait_phase(&pages.full[p], (full_parity >> p) & 1u, guard)) ok = false;
+        // Lane 0 of each warp reads the host's flag: warps wait on pages independently (one may sit at a
+        // barrier while another waits), so each waiting warp has a poller.
+        if (ok && !wait_phase(&pages.full[p], (full_parity >> p) & 1u, guard, team.lane() == 0)) ok = false;
         if (last_arrival && team.rank == 0 && t + 1 == n_tiles) *last_arrival = cuda_sync::global_timer_ns();
         return pages.page(p);
     }
+    // Per warp: the page's "empty" barrier counts one arrival per consumer warp, so a warp done with its rows
+    // moves on without waiting for the others (no team barrier per tile).
     __device__ void release(uint32_t t) {
         const uint32_t p = ring->page_of_tile(t, used);
         full_parity ^= 1u << p;
-        team.sync();  // every reader is done with the page
-        if (team.rank == 0) mbarrier_arrive(&pages.empty[p]);
+        __syncwarp();  // every lane of this warp is done with the page
+        if (team.lane() == 0) mbarrier_arrive(&pages.empty[p]);
     }
 };
 

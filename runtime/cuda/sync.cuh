@@ -1,7 +1,7 @@
 // The memory-model primitives every role uses, in one audited place:
 //  - producer: finish the stores (a team barrier, then a device-scope release increment);
-//  - consumer: acquire-load the counter until the epoch-relative target is met, then
-//    fence.proxy.async.global so bulk copies issued afterwards see what generic stores wrote;
+//  - consumer: poll the counter (relaxed) until the epoch-relative target is met, then one acquire load,
+//    then fence.proxy.async.global so bulk copies issued afterwards see what generic stores wrote;
 //  - every wait backs off with __nanosleep, polls the abort flags, and past the watchdog bound
 //    writes a fault record and raises the abort flag instead of hanging (never __trap).
 #pragma once
@@ -60,6 +60,12 @@ struct WaitGuard {
 __device__ inline bool aborted(const WaitGuard& g) {
     return acquire_load(&g.control->abort) != 0 || (g.mailbox && system_load(&g.mailbox->host_abort) != 0);
 }
+// The device's abort flag alone, relaxed (after an abort nothing read afterwards matters): what a page wait's
+// threads poll, so 224 threads do not each read host memory over PCIe.
+__device__ inline bool device_aborted(const WaitGuard& g) {
+    return cuda::atomic_ref<const uint32_t, cuda::thread_scope_device>(g.control->abort).load(
+               cuda::memory_order_relaxed) != 0;
+}
 
 // Writes the fault record once (the first claimant) and raises the abort flag.
 __device__ inline void raise_fault(const WaitGuard& g, uint32_t flag, uint32_t counter, uint64_t value, uint64_t target,
@@ -80,22 +86,37 @@ __device__ inline void raise_fault(const WaitGuard& g, uint32_t flag, uint32_t c
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(g.control->abort).store(1u, cuda::memory_order_release);
 }
 
+// A wait's poller (the loader, lane 0 of a consumer warp, block 0 at a step's end): the device flag, and the
+// host's flag mirrored into it, so the other threads see a host abort on the device.
+__device__ inline bool aborted_mirrored(const WaitGuard& g) {
+    if (device_aborted(g)) return true;
+    if (!g.mailbox || system_load(&g.mailbox->host_abort) == 0) return false;
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(g.control->abort).store(1u, cuda::memory_order_release);
+    return true;
+}
+
 // Waits until *value >= target, acquiring at system scope when `system` (a counter another rank signals).
 // Returns false when the run is aborted (by this wait's watchdog or anyone).
+// Polls are relaxed loads (an acquire load invalidates L1 on every poll, a fence.sc costs a MEMBAR.SC); once
+// a poll sees the target, one acquire load of the same counter (monotonic: still >= target) is the acquire.
 template <typename T>
 __device__ inline bool wait_at_least(const T* value, T target, const WaitGuard& g, uint32_t counter_id,
                                      bool system = false) {
     auto load = [&]() -> T {
-        if constexpr (sizeof(T) == sizeof(uint64_t))
-            if (system) return acquire_load_system(value);
-        return acquire_load(value);
+        if (system) return cuda::atomic_ref<const T, cuda::thread_scope_system>(*value).load(cuda::memory_order_relaxed);
+        return cuda::atomic_ref<const T, cuda::thread_scope_device>(*value).load(cuda::memory_order_relaxed);
     };
-    if (load() >= target) return true;
+    auto acquired = [&]() {
+        if constexpr (sizeof(T) == sizeof(uint64_t))
+            if (system) return acquire_load_system(value) >= target;
+        return acquire_load(value) >= target;
+    };
+    if (load() >= target) return acquired();
     const uint64_t start = global_timer_ns();
     uint32_t sleep_ns = 32;
     for (uint32_t spin = 1;; ++spin) {
         const T now = load();
-        if (now >= target) return true;
+        if (now >= target) return acquired();
         __nanosleep(sleep_ns);
         sleep_ns = sleep_ns < 1024 ? sleep_ns * 2 : 1024;
         if (spin % 16 == 0) {

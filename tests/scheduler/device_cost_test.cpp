@@ -28,20 +28,31 @@ DeviceModel round_model() {
     m.sm_cols_per_ns = 1000;
     m.shuffle_ns = 2;
     m.exp_ns = 10;
+    // The structure before issue 20's device changes (the hand computations below assume it).
+    m.code.rows_across_tiles = false;
+    m.code.matvec_input_smem_cols = 0;
+    m.code.wait_dependent_loads = 3;
     m.code.decode_byte_loads = 20;
+    m.code.signal_fences = 2;
+    m.code.attn_heads_serial = true;
+    m.code.attn_positions_per_trip = 7;
+    m.code.attn_trip_load_rounds = 1;
+    m.code.attn_trip_shuffles = 5;
+    m.code.token_system_fences = 3;
     return m;
 }
 
 }  // namespace
 
 TEST_CASE("device cost: consumer warps busy per tile", "[cpu]") {
-    KernelStructure code;
-    CHECK(device_warps_busy(1, code) == 1);
-    CHECK(device_warps_busy(4, code) == 4);
-    CHECK(device_warps_busy(45, code) == 7);
-    code.split_row_columns = true;
-    CHECK(device_warps_busy(1, code) == 7);
-    CHECK(device_warps_busy(4, code) == 7);
+    KernelStructure code = round_model().code;
+    CHECK(device_warps_busy(1, 16, code) == 1);
+    CHECK(device_warps_busy(4, 16, code) == 4);
+    CHECK(device_warps_busy(45, 90, code) == 7);
+    code.rows_across_tiles = true;
+    CHECK(device_warps_busy(1, 16, code) == 7);
+    CHECK(device_warps_busy(4, 16, code) == 7);
+    CHECK(device_warps_busy(4, 4, code) == 4);
 }
 
 TEST_CASE("device cost: a matvec_add's serial path and tiles", "[cpu]") {
@@ -67,11 +78,10 @@ TEST_CASE("device cost: a matvec_add's serial path and tiles", "[cpu]") {
     t = device_instruction_time(s, mv, 0, m);
     CHECK(t.consume_ns == Approx(110.0 + 4 * 23.0));
 
-    // Split columns: a one-row tile puts 16/7 columns on each warp, + its reduce, the partial-sum barrier
-    // and the release barrier.
-    m.code.split_row_columns = true;
+    // Rows across tiles: 4 rows on 7 warps, one row dot each (16 / 2 + 5), no barrier per tile.
+    m.code.rows_across_tiles = true;
     t = device_instruction_time(s, mv, 0, m);
-    CHECK(t.consume_ns == Approx(110.0 + 4 * (16.0 / 7 / 2 + 5 + 10 + 10)));
+    CHECK(t.consume_ns == Approx(110.0 + 13.0));
 }
 
 TEST_CASE("device cost: poll overshoot and step boundary", "[cpu]") {
@@ -113,4 +123,21 @@ TEST_CASE("device cost: the simulator charges it when asked", "[cpu]") {
     const OpTotal& mv = sim.ops[size_t(Opcode::matvec_add)];
     CHECK(mv.overhead_ns + mv.consume_ns > 0.0);
     CHECK(mv.busy_ns == Approx(ta + tb));
+}
+
+TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
+    Schedule s = tiny_schedule(2, 1);
+    s.target.bandwidth_gbs = 2.0;  // 1 byte/ns per SM
+    // KV head 0 of the toy model, one chunk, head_dim 2, group 1; position 13: 14 positions.
+    const Instruction ins = make_instruction<AttnPartialOp>(AttnPartialArgs{0, 0, 0, 1, 0, 0, 0, 2, 1});
+    DeviceModel m = round_model();
+    // Before: 7 positions a trip, 2 trips of one DRAM round (500) + 5 shuffles (10) + exps (10); K and V bytes
+    // (2 x 4 x 14 x 2 = 224 at 1 byte/ns) are less; + the merge's 2 barriers.
+    CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(2 * 520.0 + 20.0));
+    // One lane a position: one trip of 8 load rounds and 42 shuffles.
+    m.code.attn_heads_serial = false;
+    m.code.attn_positions_per_trip = 224;
+    m.code.attn_trip_load_rounds = 8;
+    m.code.attn_trip_shuffles = 42;
+    CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 500.0 + 84.0 + 10.0 + 20.0));
 }

@@ -94,11 +94,15 @@ struct WideQ8_0 {
     static constexpr int kBytes = Q8_0::kBytes;
     static constexpr float kOffsetScale = 0;
     __m256i a0, a1;
-    __m128 s;  // [d, -, -, -]
+    __m128 s;  // [d, 0, 0, 0]: the other lanes zero, not the quants read as f16 (denormals there made every
+               // multiply a microcode assist: Llama-3.2-1B Q8_0 prefill ran at half the token-by-token speed)
     MK_AVX2 explicit WideQ8_0(const uint8_t* w)
         : a0(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)))),
-          a1(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)))),
-          s(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w)))) {}
+          a1(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)))) {
+        uint16_t d;
+        std::memcpy(&d, w, 2);
+        s = _mm_cvtph_ps(_mm_cvtsi32_si128(d));
+    }
 };
 struct WideQ4_0 {
     static constexpr int kBytes = Q4_0::kBytes;

@@ -6,6 +6,7 @@
 
 #include "models/error.hpp"
 #include "models/synthetic.hpp"
+#include "models/tokenizer_impl.hpp"
 
 namespace mk {
 
@@ -21,19 +22,6 @@ constexpr std::string_view kCorpus =
     "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. "
     "This is a test of the synthetic tokenizer, which is the same for every model of the same size. "
     "Numbers like 123 and 2024 are written with digits. Where are the children playing? They are playing outside.";
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
 
 // GPT-2's byte-to-unicode table: printable bytes stand for themselves, the rest map to U+0100 upward.
 std::vector<std::string> byte_symbols() {

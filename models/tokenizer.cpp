@@ -8,8 +8,6 @@
 namespace mk {
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 "▁", SentencePiece's space
-
 // Texts of end-of-turn / end-of-text markers across model families; eos_id always counts too.
 constexpr std::string_view kEogTexts[] = {"<|im_end|>",    "<|eot_id|>", "<|eom_id|>",    "<|end_of_text|>",
                                           "<|endoftext|>", "<|end|>",    "<end_of_turn>", "<EOT>"};
@@ -42,9 +40,9 @@ std::string token_raw_bytes(const TokenizerData& data, size_t id) {
     std::string out;
     if (data.kind == TokenizerKind::sentencepiece_bpe) {
         for (size_t pos = 0; pos < text.size();) {
-            if (text.compare(pos, kSpace.size(), kSpace) == 0) {
+            if (text.compare(pos, kSentencePieceSpace.size(), kSentencePieceSpace) == 0) {
                 out += ' ';
-                pos += kSpace.size();
+                pos += kSentencePieceSpace.size();
             } else {
                 out += text[pos++];
             }
@@ -245,10 +243,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
             return;
         }
         // Every raw segment starts the text or follows a special token: both get the space prefix.
-        std::string escaped = d.add_space_prefix ? std::string(kSpace) : std::string();
+        std::string escaped = d.add_space_prefix ? std::string(kSentencePieceSpace) : std::string();
         for (char c : segment) {
             if (c == ' ')
-                escaped += kSpace;
+                escaped += kSentencePieceSpace;
             else
                 escaped += c;
         }

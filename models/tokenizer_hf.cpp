@@ -12,8 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kSpace = "\xE2\x96\x81";  // "▁"
-
 json read_json(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("{}: cannot open", path.string());
@@ -302,8 +300,8 @@ void write_hf_tokenizer_json(const TokenizerData& data, const std::filesystem::p
                   {"ignore_merges", false}};
     if (spm) {
         json normalizers = json::array();
-        if (d.add_space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", kSpace}});
-        normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
+        if (d.add_space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", kSentencePieceSpace}});
+        normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSentencePieceSpace}});
         j["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
         j["pre_tokenizer"] = nullptr;
     } else {
@@ -324,7 +322,7 @@ void write_hf_tokenizer_json(const TokenizerData& data, const std::filesystem::p
             {"special_tokens", {{bos, {{"id", bos}, {"ids", {d.bos_id}}, {"tokens", {bos}}}}}}};
     }
     if (spm) {
-        json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+        json decoders = {{{"type", "Replace"}, {"pattern", {{"String", kSentencePieceSpace}}}, {"content", " "}},
                          {{"type", "ByteFallback"}},
                          {{"type", "Fuse"}}};
         if (d.add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});

@@ -56,6 +56,8 @@ struct Utf8Step {
     uint32_t codepoint;  // valid only
 };
 Utf8Step utf8_step(std::string_view text, size_t pos);
+// U+2581 "▁", the space of SentencePiece vocabularies.
+inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
 void append_utf8(std::string& out, uint32_t codepoint);
 // Copies complete, valid UTF-8 from `text`, writing U+FFFD for each invalid subpart. An incomplete
 // sequence at the end becomes U+FFFD when `final`, else it is left unconsumed. Returns bytes consumed.

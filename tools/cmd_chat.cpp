@@ -20,8 +20,8 @@ namespace mk::tools {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_chat_sigint(int) { g_interrupted.store(true); }
+std::atomic<bool> g_chat_interrupted{false};
+extern "C" void on_chat_sigint(int) { g_chat_interrupted.store(true); }
 
 struct ChatCli {
     std::string model, system;
@@ -98,12 +98,12 @@ private:
         go.sampling = o_.sampling;
         go.append = true;
         const int32_t before = session_.n_past();
-        g_interrupted.store(false);
+        g_chat_interrupted.store(false);
         // Ctrl-C cancels the session from a watcher (the handler only sets a flag), also during the prompt.
         std::jthread watcher([this](std::stop_token stop) {
-            while (!stop.stop_requested() && !g_interrupted.load())
+            while (!stop.stop_requested() && !g_chat_interrupted.load())
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            if (g_interrupted.load()) session_.cancel();
+            if (g_chat_interrupted.load()) session_.cancel();
         });
         const api::GenerateResult r = session_.generate(std::span<const int32_t>(ids), go, [](std::string_view piece) {
             fmt::print("{}", piece);
@@ -131,7 +131,7 @@ private:
             nlohmann::json j = {{"n_past_before", before}, {"prompt_tokens", r.n_prompt}, {"prompt_ms", r.prompt_ms},
                                 {"generated", r.tokens}, {"eval_steps", r.n_eval_steps}, {"eval_ms", r.eval_ms},
                                 {"n_past", r.n_past}, {"stopped_at_end", r.stopped_at_end},
-                                {"cancelled", r.cancelled || g_interrupted.load()}, {"context_full", r.context_full}};
+                                {"cancelled", r.cancelled || g_chat_interrupted.load()}, {"context_full", r.context_full}};
             fmt::print(stderr, "{}\n", j.dump());
         } else if (o_.verbose) {
             auto per = [](double ms, int n) { return n ? ms / n : 0.0; };

@@ -18,8 +18,8 @@ namespace mk::tools {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+std::atomic<bool> g_generate_interrupted{false};
+extern "C" void on_generate_sigint(int) { g_generate_interrupted.store(true); }
 
 struct GenerateCli {
     std::string model, prompt, system;
@@ -93,8 +93,8 @@ void register_generate(CLI::App& app) {
         const std::string prompt = prompt_text(*o);
         const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
 
-        g_interrupted.store(false);
-        auto previous = std::signal(SIGINT, on_sigint);
+        g_generate_interrupted.store(false);
+        auto previous = std::signal(SIGINT, on_generate_sigint);
         api::GenerateOptions go;
         go.max_tokens = o->n_predict;
         go.sampling = o->sampling;
@@ -105,14 +105,14 @@ void register_generate(CLI::App& app) {
         const api::GenerateResult result = session.generate(prompt, go, [](std::string_view piece) {
             fmt::print("{}", piece);
             std::fflush(stdout);
-            return !g_interrupted.load();
+            return !g_generate_interrupted.load();
         });
         std::signal(SIGINT, previous);
         if (result.context_full)
             fmt::print(stderr, "\nmk: the context of {} tokens is full: generation stopped (raise -c for more)\n",
                        session.context_length());
         const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
-        print_summary(result, g_interrupted.load(), load_ms, total_ms, model.info(), session, o->json);
+        print_summary(result, g_generate_interrupted.load(), load_ms, total_ms, model.info(), session, o->json);
     });
 }
 

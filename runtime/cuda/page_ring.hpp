@@ -7,7 +7,8 @@
 
 #include "instructions/encoding.hpp"
 
-#if defined(__CUDACC__)
+// Device pass only: nvcc hands the pragma to g++ in its host pass too, which warns (an error under MK_WERROR).
+#if defined(__CUDA_ARCH__)
 #define MK_PAGE_RING_UNROLL _Pragma("unroll")
 #else
 #define MK_PAGE_RING_UNROLL

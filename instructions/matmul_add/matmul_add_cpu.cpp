@@ -11,12 +11,8 @@ void MatmulAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<MatmulAddArgs>(ins);
     const uint32_t n = step_tokens(*ctx.step, a.n_tok);
     float* x = ctx.f32(a.x_off);
-    const DType dtype = ctx.weights[a.weight].dtype;
-    thread_local std::vector<float> dot;
-    dot.resize(n);
     ColumnDots dots(ctx, ctx.f32(a.in_off), a.cols, n);
-    for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        dots.dots(dtype, bytes, dot.data(), 1);
+    for_each_tile_row_dots(ctx, a.weight, dots, n, [&](uint32_t row, const float* dot) {
         for (uint32_t j = 0; j < n; ++j) x[size_t(j) * a.x_width + row] += dot[j];
     });
 }

@@ -20,10 +20,9 @@ void RmsLmHeadRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         rms_norm(ctx.f32(a.x_off) + size_t(first + j) * a.d_model, ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model,
                  xn.data() + size_t(j) * a.d_model);
     float* logits = ctx.f32(a.logits_off);
-    const DType dtype = ctx.weights[a.weight].dtype;
     ColumnDots dots(ctx, xn.data(), a.d_model, cols);
-    for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        dots.dots(dtype, bytes, logits + row, a.vocab);
+    for_each_tile_row_dots(ctx, a.weight, dots, cols, [&](uint32_t row, const float* dot) {
+        for (uint32_t j = 0; j < cols; ++j) logits[size_t(j) * a.vocab + row] = dot[j];
     });
 }
 

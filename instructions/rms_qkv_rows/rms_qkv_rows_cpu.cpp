@@ -24,10 +24,9 @@ void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         rms_norm(ctx.f32(a.x_off) + size_t(j) * a.d_model, ctx.weights[a.norm], dims.norm_eps, a.d_model,
                  xn.data() + size_t(j) * a.d_model);
 
-    const DType dtype = ctx.weights[a.weight].dtype;
     ColumnDots dots(ctx, xn.data(), a.d_model, n);
-    for_each_tile_row(ctx, a.weight, [&](uint32_t row, const uint8_t* bytes) {
-        dots.dots(dtype, bytes, out.data() + (row - a.row_begin), a.n_rows);
+    for_each_tile_row_dots(ctx, a.weight, dots, n, [&](uint32_t row, const float* dot) {
+        for (uint32_t j = 0; j < n; ++j) out[size_t(j) * a.n_rows + (row - a.row_begin)] = dot[j];
     });
     const QkvKind kind = QkvKind(a.kind);
     for (uint32_t j = 0; j < n; ++j) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 
+#include "instructions/embed/embed.hpp"
 #include "tests/instructions/op_backend.hpp"
 
 namespace mk {
@@ -176,6 +177,29 @@ TEST_CASE("every op matches its float64 reference on every backend", "[cpu]") {
         WARN(name << " does not run " << cases.size() << " case(s) (formats its device code does not decode, ops it has "
                      "no device code for): "
                   << fmt::format("{}", fmt::join(cases, ", ")));
+}
+
+// A token outside the vocabulary never reaches embed (the host checks it), but if one did: the CPU op
+// refuses it with an error, and the device code, which cannot throw, writes zeros instead of reading outside
+// the table.
+TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the device writes zeros", "[cpu]") {
+    const OpCase c = op_reference(uint16_t(Opcode::embed)).cases(kSeed).front();
+    const auto a = decode_args<EmbedArgs>(c.ins);
+    const uint32_t vocab = c.buffers.formats.at(a.weight).rows;
+    for (const int32_t token : {int32_t(vocab), int32_t(vocab) + 1000, -1}) {
+        INFO("token " << token);
+        OpBuffers run = c.buffers;
+        run.step.token = token;
+        std::vector<float> x(a.d_model, 1.5f);  // not zero, so the zeros below were written
+        std::memcpy(run.arena.data() + a.x_off, x.data(), x.size() * sizeof(float));
+        CHECK_THROWS_WITH(make_cpu_op_backend(CpuDots::exact)->run(c.ins, run),
+                          Catch::Contains("outside the vocabulary"));
+#if MK_OP_TEST_EMU
+        make_emu_op_backend()->run(c.ins, run);
+        std::memcpy(x.data(), run.arena.data() + a.x_off, x.size() * sizeof(float));
+        CHECK(std::all_of(x.begin(), x.end(), [](float v) { return v == 0.0f; }));
+#endif
+    }
 }
 
 }  // namespace mk

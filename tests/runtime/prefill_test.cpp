@@ -131,7 +131,7 @@ TEST_CASE("prefill logits equal token by token on synthetic models in every form
 }
 
 TEST_CASE("prefill on SmolLM2-135M equals token by token, and its greedy continuation matches the oracle",
-          "[cpu][model][prefill]") {
+          "[cpu][model][prefill][oracle]") {
     MK_SKIP_IF_MISSING(test::default_model_path(), "./tools/setup.sh");
     const Model model = load_model(test::default_model_path());
     const std::vector<int32_t> prompt = some_tokens(70, model.config.vocab_size, 2);

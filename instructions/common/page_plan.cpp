@@ -62,6 +62,21 @@ void finish_page_plan(PagePlan& plan, const PlanInputs& in) {
     for (auto& [t, p] : last_use) plan.release_order.push_back(p);
 }
 
+PagePlan row_tiles_plan(const PlanInputs& in, uint32_t weight, uint32_t row_begin, uint32_t n_rows) {
+    PagePlan plan;
+    append_row_tiles(plan, in, weight, row_begin, n_rows);
+    finish_page_plan(plan, in);
+    return plan;
+}
+
+PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t weight_b, uint32_t row_begin,
+                               uint32_t n_rows) {
+    PagePlan plan;
+    append_paired_row_tiles(plan, in, weight_a, weight_b, row_begin, n_rows);
+    finish_page_plan(plan, in);
+    return plan;
+}
+
 uint64_t plan_weight_bytes(const PagePlan& plan) {
     uint64_t total = 0;
     for (const Tile& t : plan.tiles) total += t.bytes;

@@ -16,6 +16,12 @@ void append_paired_row_tiles(PagePlan& plan, const PlanInputs& in, uint32_t weig
 // after the last tile that uses it, tile t using page t % n_pages.
 void finish_page_plan(PagePlan& plan, const PlanInputs& in);
 
+// The whole plan of an op that streams rows [row_begin, row_begin + n_rows) of one weight (append + finish),
+// and of gate/up's paired rows.
+PagePlan row_tiles_plan(const PlanInputs& in, uint32_t weight, uint32_t row_begin, uint32_t n_rows);
+PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t weight_b, uint32_t row_begin,
+                               uint32_t n_rows);
+
 uint64_t plan_weight_bytes(const PagePlan& plan);
 
 }  // namespace mk

@@ -36,10 +36,7 @@ struct RmsGateUpRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
-        PagePlan plan;
-        append_paired_row_tiles(plan, in, a.gate, a.up, a.row_begin, a.n_rows);
-        finish_page_plan(plan, in);
-        return plan;
+        return paired_row_tiles_plan(in, a.gate, a.up, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);

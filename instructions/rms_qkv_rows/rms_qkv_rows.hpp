@@ -48,10 +48,7 @@ struct RmsQkvRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
-        PagePlan plan;
-        append_row_tiles(plan, in, a.weight, a.row_begin, a.n_rows);
-        finish_page_plan(plan, in);
-        return plan;
+        return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);

@@ -60,6 +60,10 @@ struct RmsQkvOp {
     // The float64 reference and its generated cases (rms_qkv_reference.cpp), checked by tests/instructions/.
     static constexpr Tolerance tolerance{1e-5};
     static std::vector<Expected> reference(const Instruction& ins, const OpBuffers& buffers);
+    // The block's rows for one token's residual `x` at position `pos`, in float64 (norm, projection, bias,
+    // QK-norm, RoPE on Q and K); rms_qkv_rows' reference runs it for each token of a chunk.
+    static std::vector<double> reference_rows(const OpBuffers& buffers, const RmsQkvArgs& a, const std::vector<double>& x,
+                                              int32_t pos);
     static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
 };

@@ -11,10 +11,10 @@
 
 namespace mk {
 
-std::vector<Expected> RmsQkvOp::reference(const Instruction& ins, const OpBuffers& b) {
-    const auto a = decode_args<RmsQkvArgs>(ins);
+std::vector<double> RmsQkvOp::reference_rows(const OpBuffers& b, const RmsQkvArgs& a, const std::vector<double>& x,
+                                             int32_t pos) {
     const uint32_t hd = a.head_dim;
-    const std::vector<double> xn = ref_rms_norm(b, ref_f32(b, a.x_off, a.d_model), a.norm);
+    const std::vector<double> xn = ref_rms_norm(b, x, a.norm);
     std::vector<double> out(a.n_rows);
     for (uint32_t r = 0; r < a.n_rows; ++r) out[r] = ref_dot(ref_row(b, a.weight, a.row_begin + r), xn);
     if (a.bias != kNoWeight) {
@@ -27,14 +27,21 @@ std::vector<Expected> RmsQkvOp::reference(const Instruction& ins, const OpBuffer
             const std::vector<double> normed = ref_rms_norm(b, head, a.qk_norm);
             std::copy(normed.begin(), normed.end(), out.begin() + h * hd);
         }
-    const QkvKind kind = QkvKind(a.kind);
-    if (kind != QkvKind::v)
+    if (QkvKind(a.kind) != QkvKind::v)
         for (uint32_t r = 0; r < a.n_rows; r += 2) {  // adjacent pairs (2i, 2i + 1) of each head
-            const double angle = double(b.step.pos) * b.rope_inv_freq[((a.row_begin + r) % hd) / 2];
-            const double x = out[r], y = out[r + 1];
-            out[r] = x * std::cos(angle) - y * std::sin(angle);
-            out[r + 1] = x * std::sin(angle) + y * std::cos(angle);
+            const double angle = double(pos) * b.rope_inv_freq[((a.row_begin + r) % hd) / 2];
+            const double x0 = out[r], x1 = out[r + 1];
+            out[r] = x0 * std::cos(angle) - x1 * std::sin(angle);
+            out[r + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
         }
+    return out;
+}
+
+std::vector<Expected> RmsQkvOp::reference(const Instruction& ins, const OpBuffers& b) {
+    const auto a = decode_args<RmsQkvArgs>(ins);
+    const uint32_t hd = a.head_dim;
+    std::vector<double> out = reference_rows(b, a, ref_f32(b, a.x_off, a.d_model), b.step.pos);
+    const QkvKind kind = QkvKind(a.kind);
     if (kind == QkvKind::q) return {ref_arena("q", a.q_off + 4ull * a.row_begin, std::move(out))};
     std::vector<Expected> cache;  // one run per KV head the block touches
     for (uint32_t r = 0; r < a.n_rows;) {

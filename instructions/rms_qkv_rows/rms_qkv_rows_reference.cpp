@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
+#include <algorithm>
 
 #include "instructions/op_reference.hpp"
 #include "models/quant.hpp"
@@ -15,31 +15,17 @@ std::vector<Expected> RmsQkvRowsOp::reference(const Instruction& ins, const OpBu
     const auto a = decode_args<RmsQkvRowsArgs>(ins);
     const uint32_t hd = a.head_dim, n = step_tokens(b.step, a.n_tok), q_dim = b.dims.q_dim();
     const QkvKind kind = QkvKind(a.kind);
+    // Each token's rows are rms_qkv's for that token at its position.
+    const RmsQkvArgs one{.layer = a.layer, .kind = a.kind, .row_begin = a.row_begin, .n_rows = a.n_rows,
+                         .weight = a.weight, .norm = a.norm, .bias = a.bias, .qk_norm = a.qk_norm,
+                         .d_model = a.d_model, .head_dim = a.head_dim};
     std::vector<Expected> result;
     for (uint32_t j = 0; j < a.n_tok; ++j) {
         const int32_t pos = b.step.pos + int32_t(j);
-        std::vector<double> out(a.n_rows);
-        if (j < n) {
-            const std::vector<double> xn = ref_rms_norm(b, ref_f32(b, a.x_off + 4ull * j * a.d_model, a.d_model), a.norm);
-            for (uint32_t r = 0; r < a.n_rows; ++r) out[r] = ref_dot(ref_row(b, a.weight, a.row_begin + r), xn);
-            if (a.bias != kNoWeight) {
-                const std::vector<double> bias = ref_row(b, a.bias, 0);
-                for (uint32_t r = 0; r < a.n_rows; ++r) out[r] += bias[a.row_begin + r];
-            }
-            if (a.qk_norm != kNoWeight)
-                for (uint32_t h = 0; h < a.n_rows / hd; ++h) {
-                    const std::vector<double> head(out.begin() + h * hd, out.begin() + (h + 1) * hd);
-                    const std::vector<double> normed = ref_rms_norm(b, head, a.qk_norm);
-                    std::copy(normed.begin(), normed.end(), out.begin() + h * hd);
-                }
-            if (kind != QkvKind::v)
-                for (uint32_t r = 0; r < a.n_rows; r += 2) {
-                    const double angle = double(pos) * b.rope_inv_freq[((a.row_begin + r) % hd) / 2];
-                    const double x = out[r], y = out[r + 1];
-                    out[r] = x * std::cos(angle) - y * std::sin(angle);
-                    out[r + 1] = x * std::sin(angle) + y * std::cos(angle);
-                }
-        }
+        // A token past the chunk's end leaves its rows as they were (filled in below).
+        std::vector<double> out =
+            j < n ? RmsQkvOp::reference_rows(b, one, ref_f32(b, a.x_off + 4ull * j * a.d_model, a.d_model), pos)
+                  : std::vector<double>(a.n_rows);
         if (kind == QkvKind::q) {
             const uint64_t off = a.q_off + 4ull * (uint64_t(j) * q_dim + a.row_begin);
             if (j >= n) out = ref_f32(b, off, a.n_rows);  // left as it was

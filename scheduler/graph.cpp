@@ -12,6 +12,13 @@
 
 namespace mk {
 
+uint64_t add_arena_buffer(Graph& graph, const std::string& name, uint64_t bytes, const std::string& layout) {
+    const uint64_t offset = align_up(graph.arena_bytes, kBufferAlignBytes);
+    graph.buffers.push_back({name, offset, bytes, layout});
+    graph.arena_bytes = offset + bytes;
+    return offset;
+}
+
 namespace {
 
 // Smallest row block worth an instruction: below this the per-instruction and sync costs dominate.
@@ -44,10 +51,7 @@ public:
 
 private:
     uint32_t buffer(const std::string& name, uint64_t bytes, const std::string& layout) {
-        uint64_t offset = align_up(graph_.arena_bytes, kBufferAlignBytes);
-        graph_.buffers.push_back({name, offset, bytes, layout});
-        graph_.arena_bytes = offset + bytes;
-        return uint32_t(offset);
+        return uint32_t(add_arena_buffer(graph_, name, bytes, layout));  // the arena's size is checked in layout_buffers
     }
     void layout_buffers();
 

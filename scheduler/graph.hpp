@@ -37,6 +37,10 @@ struct Graph : ScheduleLayout {
     std::vector<GraphGroup> groups;
 };
 
+// Places buffer `name` ((bytes) described by `layout`) at the arena's next kBufferAlignBytes boundary and
+// grows the arena; returns its offset. The decode and prefill graphs lay out their buffers with it.
+uint64_t add_arena_buffer(Graph& graph, const std::string& name, uint64_t bytes, const std::string& layout);
+
 // `dims` are the model's; `weights` are by schedule weight id (tp_weight_formats for tp > 1).
 Graph build_decode_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
                          uint32_t tp = 1);

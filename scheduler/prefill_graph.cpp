@@ -28,9 +28,7 @@ public:
 
 private:
     uint32_t buffer(const std::string& name, uint64_t bytes, const std::string& layout) {
-        uint64_t offset = align_up(graph_.arena_bytes, kBufferAlignBytes);
-        graph_.buffers.push_back({name, offset, bytes, layout});
-        graph_.arena_bytes = offset + bytes;
+        const uint64_t offset = add_arena_buffer(graph_, name, bytes, layout);
         if (graph_.arena_bytes > UINT32_MAX) fail("prefill graph: the activation arena exceeds 4 GiB; use a smaller chunk");
         return uint32_t(offset);
     }

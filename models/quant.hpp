@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <string_view>
 
 #include "models/tensor.hpp"
@@ -33,12 +34,13 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
 // Quantizes n floats into dtype's blocks (round to nearest); used by writers and tests.
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n);
 
-// ---- CPU dot kernels (quant_dispatch.cpp). The instruction set is chosen once, on first use: AVX2
-// (with FMA and F16C) where the CPU has it, else portable scalar. MK_CPU_ISA=scalar forces scalar,
-// MK_CPU_ISA=avx2 insists on AVX2 (throws without it); unset or "auto" picks the best.
-enum class CpuIsa : uint8_t { Scalar, Avx2 };
+// ---- CPU dot kernels (quant_dispatch.cpp). The instruction set is chosen once, on first use: AVX-512 (AVX2's
+// kernels plus AVX-512BW prefill tile kernels) or AVX2 (with FMA and F16C) where the CPU has it, else portable
+// scalar. MK_CPU_ISA=scalar forces scalar, MK_CPU_ISA=avx2 or avx512 insists on that set (throws without it); unset
+// or "auto" picks the best.
+enum class CpuIsa : uint8_t { Scalar, Avx2, Avx512 };
 CpuIsa cpu_isa();
-const char* cpu_isa_name();  // of the active ISA: "scalar" or "avx2"
+const char* cpu_isa_name();  // of the active ISA: "scalar", "avx2" or "avx512"
 const char* cpu_isa_name(CpuIsa isa);
 bool cpu_has_isa(CpuIsa isa);
 
@@ -76,5 +78,26 @@ void quantize_activations_q16(CpuIsa isa, const float* x, int64_t n, BlockQ16* o
 // xq + j * x_stride, n) for j < n_cols, up to float rounding; each weight block is decoded once for 4 columns.
 void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t n, int64_t x_stride, uint32_t n_cols,
                       float* out, size_t out_stride);
+
+// A chunk's q16 columns (quantize_activations_q16's blocks, column c at xq + c * n / 32) for the prefill tile
+// kernels, made once per instruction: the blocks, and where the CPU has AVX-512 the same split for it, each
+// column's values contiguous and 64-byte aligned (a BlockQ16's values straddle cache lines) beside its blocks'
+// d and sum.
+struct Q16Columns {
+    const BlockQ16* blocks = nullptr;
+    int64_t n = 0;  // values per column
+    uint32_t n_cols = 0;
+    const int16_t* q = nullptr;  // (n_cols, n), or null where no tile kernel reads it
+    const float* d = nullptr;    // (n_cols, n / 32)
+    const float* sum = nullptr;  // (n_cols, n / 32)
+    void split(const BlockQ16* xq, int64_t n_values, uint32_t columns);  // keeps the storage below
+    std::vector<int16_t> q_storage;
+    std::vector<float> d_storage, sum_storage;
+};
+// A staged tile's rows against a chunk's columns: out[r * n_cols + c] = dot_row_q16(dtype, rows + r * row_bytes,
+// column c, n) up to float rounding, for r < n_rows, c < cols.n_cols. Columns go 4 at a time through all the
+// rows, so each group's values are read from memory once per tile (AVX-512: 4 rows x 4 columns in registers).
+void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
+                       float* out);
 
 }  // namespace mk

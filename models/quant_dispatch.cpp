@@ -1,6 +1,8 @@
 // Run-time ISA dispatch for the CPU row kernels: builds the scalar and AVX2 tables once, picks one
 // (MK_CPU_ISA overrides), validates each call's type and length, then calls the kernel.
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
@@ -16,8 +18,8 @@ namespace {
 using quant::CpuKernels;
 
 struct Tables {
-    CpuKernels kernels[2];  // indexed by CpuIsa; the AVX2 entry is a copy of scalar without AVX2
-    bool has_avx2 = false;
+    CpuKernels kernels[3];  // indexed by CpuIsa; an entry the CPU lacks is a copy of the one below it
+    bool has_avx2 = false, has_avx512 = false;
     CpuIsa active = CpuIsa::Scalar;
 };
 
@@ -38,6 +40,16 @@ bool cpu_supports_avx2() {
 #endif
 }
 
+// AVX-512BW with its VL forms (libgcc's checks include the OS saving ZMM state).
+bool cpu_supports_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return false;
+#endif
+}
+
 Tables build_tables() {
     Tables t;
     CpuKernels& scalar = t.kernels[int(CpuIsa::Scalar)];
@@ -51,6 +63,10 @@ Tables build_tables() {
         quant::add_avx2_k_dots(avx2);
         quant::add_avx2_q16(avx2);
     }
+    CpuKernels& avx512 = t.kernels[int(CpuIsa::Avx512)];
+    avx512 = avx2;
+    t.has_avx512 = t.has_avx2 && cpu_supports_avx512();
+    if (t.has_avx512) quant::add_avx512_q16(avx512);
     const char* env = std::getenv("MK_CPU_ISA");
     std::string_view want = env ? env : "auto";
     if (want == "scalar") {
@@ -58,10 +74,13 @@ Tables build_tables() {
     } else if (want == "avx2") {
         if (!t.has_avx2) fail("MK_CPU_ISA=avx2, but this CPU lacks AVX2, FMA or F16C");
         t.active = CpuIsa::Avx2;
+    } else if (want == "avx512") {
+        if (!t.has_avx512) fail("MK_CPU_ISA=avx512, but this CPU lacks AVX2, FMA, F16C or AVX-512 F/BW/VL");
+        t.active = CpuIsa::Avx512;
     } else if (want == "auto" || want.empty()) {
-        t.active = t.has_avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
+        t.active = t.has_avx512 ? CpuIsa::Avx512 : t.has_avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
     } else {
-        fail("MK_CPU_ISA={}: expected scalar, avx2 or auto", want);
+        fail("MK_CPU_ISA={}: expected scalar, avx2, avx512 or auto", want);
     }
     return t;
 }
@@ -80,7 +99,7 @@ const CpuKernels& active_kernels() {
 
 const CpuKernels& kernels(CpuIsa isa) {
     const Tables& t = tables();
-    if (isa != CpuIsa::Scalar && !t.has_avx2) fail("CPU kernels: this CPU lacks {}", cpu_isa_name(isa));
+    if (!cpu_has_isa(isa)) fail("CPU kernels: this CPU lacks {}", cpu_isa_name(isa));
     return t.kernels[int(isa)];
 }
 
@@ -130,11 +149,16 @@ void check_activations(int64_t n, const char* what) {
 
 CpuIsa cpu_isa() { return tables().active; }
 
-const char* cpu_isa_name(CpuIsa isa) { return isa == CpuIsa::Avx2 ? "avx2" : "scalar"; }
+const char* cpu_isa_name(CpuIsa isa) {
+    return isa == CpuIsa::Avx512 ? "avx512" : isa == CpuIsa::Avx2 ? "avx2" : "scalar";
+}
 
 const char* cpu_isa_name() { return cpu_isa_name(cpu_isa()); }
 
-bool cpu_has_isa(CpuIsa isa) { return isa == CpuIsa::Scalar || tables().has_avx2; }
+bool cpu_has_isa(CpuIsa isa) {
+    const Tables& t = tables();
+    return isa == CpuIsa::Scalar || (isa == CpuIsa::Avx2 && t.has_avx2) || (isa == CpuIsa::Avx512 && t.has_avx512);
+}
 
 float dot_row(DType dtype, const void* row, const float* x, int64_t n) {
     return dot_with(active_kernels(), dtype, row, x, n);
@@ -174,6 +198,44 @@ void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t 
     if (n < 0 || (n & block_mask(dtype))) [[unlikely]]
         bad_row(dtype, n, "dot_row_q16_cols");
     f(static_cast<const uint8_t*>(row), xq, n, x_stride, n_cols, out, out_stride);
+}
+
+void Q16Columns::split(const BlockQ16* xq, int64_t n_values, uint32_t columns) {
+    check_activations(n_values, "Q16Columns");
+    blocks = xq, n = n_values, n_cols = columns;
+    q = nullptr, d = nullptr, sum = nullptr;
+    const CpuKernels& k = active_kernels();
+    bool tile = false;
+    for (quant::DotQ16TileFn f : k.dot_q16_tile) tile = tile || f;
+    if (!tile) return;
+    const int64_t per = n_values / 32;
+    q_storage.resize(size_t(columns * n_values) + 32);  // + 32: room to align the start to 64 bytes
+    d_storage.resize(size_t(columns * per));
+    sum_storage.resize(size_t(columns * per));
+    int16_t* values = q_storage.data() + (64 - reinterpret_cast<uintptr_t>(q_storage.data()) % 64) % 64 / 2;
+    for (int64_t b = 0; b < columns * per; ++b) {
+        std::memcpy(values + b * 32, xq[b].q, sizeof(xq[b].q));
+        d_storage[size_t(b)] = xq[b].d;
+        sum_storage[size_t(b)] = xq[b].sum;
+    }
+    q = values, d = d_storage.data(), sum = sum_storage.data();
+}
+
+void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
+                       float* out) {
+    const CpuKernels& k = active_kernels();
+    const uint32_t s = quant::slot(dtype);
+    quant::DotQ16TileFn f = s < quant::kDTypeSlots ? k.dot_q16_tile[s] : nullptr;
+    if (f && cols.q && !(cols.n & block_mask(dtype))) {
+        f(static_cast<const uint8_t*>(rows), n_rows, row_bytes, cols, out);
+        return;
+    }
+    const uint8_t* bytes = static_cast<const uint8_t*>(rows);
+    const int64_t per = cols.n / 32;
+    for (uint32_t c = 0; c < cols.n_cols; c += 4)
+        for (uint32_t r = 0; r < n_rows; ++r)
+            dot_row_q16_cols(dtype, bytes + r * row_bytes, cols.blocks + c * per, cols.n, per,
+                             std::min(4u, cols.n_cols - c), out + size_t(r) * cols.n_cols + c, 1);
 }
 
 void quantize_activations_q16(const float* x, int64_t n, BlockQ16* out) {

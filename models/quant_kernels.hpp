@@ -14,6 +14,10 @@ using QuantizeQ16Fn = void (*)(const float* x, int64_t n, BlockQ16* out);
 // out[j * out_stride] = the dot of row with columns xq + j * x_stride (blocks), j < n_cols.
 using DotQ16ColsFn = void (*)(const uint8_t* row, const BlockQ16* xq, int64_t n, int64_t x_stride, uint32_t n_cols,
                               float* out, size_t out_stride);
+// out[r * n_cols + c] = the dot of row r (rows + r * row_bytes) with column c of cols (its split q, d, sum), for a
+// staged tile's n_rows rows and a chunk's n_cols columns.
+using DotQ16TileFn = void (*)(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
+                              float* out);
 
 constexpr uint32_t kDTypeSlots = 31;  // GGML type ids 0..30; BF16 (30) is the largest mk supports
 
@@ -22,6 +26,7 @@ struct CpuKernels {
     DotQ16Fn dot_q16[kDTypeSlots] = {};  // null: no 16-bit activation dot for this type
     QuantizeQ16Fn quantize_q16 = nullptr;
     DotQ16ColsFn dot_q16_cols[kDTypeSlots] = {};  // null: one dot_q16 per column
+    DotQ16TileFn dot_q16_tile[kDTypeSlots] = {};  // null: dot_q16_cols per row, 4 columns at a time
 };
 
 inline uint32_t slot(DType dtype) { return uint32_t(dtype); }
@@ -32,5 +37,6 @@ void add_avx2_dots(CpuKernels& k);    // quant_avx2.cpp: F32, F16, BF16, Q8_0, Q
 void add_avx2_k_dots(CpuKernels& k);  // quant_avx2_k.cpp: Q4_K, Q6_K
 void add_scalar_q16(CpuKernels& k);   // quant_q16.cpp
 void add_avx2_q16(CpuKernels& k);     // quant_avx2_q16.cpp
+void add_avx512_q16(CpuKernels& k);   // quant_avx512_q16.cpp: the prefill tile kernels
 
 }  // namespace mk::quant

@@ -84,7 +84,7 @@ void AttnRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     const float scale = 1.0f / std::sqrt(float(hd));
     auto attend = attend_scalar;
 #if defined(__x86_64__)
-    if (cpu_isa() == CpuIsa::Avx2 && hd % 8 == 0 && hd <= 256) attend = attend_avx2;
+    if (cpu_isa() != CpuIsa::Scalar && hd % 8 == 0 && hd <= 256) attend = attend_avx2;
 #endif
     thread_local std::vector<float> scores;
     scores.resize(size_t(ctx.step->pos) + n);

@@ -89,12 +89,8 @@ public:
             for (uint32_t r = 0; r < n_rows; ++r) dots(dtype, rows + r * row_bytes, out + size_t(r) * n_cols_, 1);
             return;
         }
-        const uint32_t per = n_ / kActivationBlockValues;
         quantize();
-        for (uint32_t c = 0; c < n_cols_; c += 4)
-            for (uint32_t r = 0; r < n_rows; ++r)
-                dot_row_q16_cols(dtype, rows + r * row_bytes, blocks().data() + size_t(c) * per, n_, per,
-                                 std::min(4u, n_cols_ - c), out + size_t(r) * n_cols_ + c, 1);
+        dot_rows_q16_cols(dtype, rows, n_rows, row_bytes, columns(), out);
     }
 
 private:
@@ -103,7 +99,12 @@ private:
         const uint32_t per = n_ / kActivationBlockValues;
         blocks().resize(size_t(per) * n_cols_);
         for (uint32_t j = 0; j < n_cols_; ++j) quantize_activations_q16(x_ + size_t(j) * n_, n_, blocks().data() + size_t(j) * per);
+        columns().split(blocks().data(), n_, n_cols_);
         quantized_ = true;
+    }
+    static Q16Columns& columns() {
+        thread_local Q16Columns split;
+        return split;
     }
     static std::vector<BlockQ16>& blocks() {
         thread_local std::vector<BlockQ16> buffer;

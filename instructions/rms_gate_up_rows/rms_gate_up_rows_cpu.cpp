@@ -12,32 +12,29 @@ namespace mk {
 void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<RmsGateUpRowsArgs>(ins);
     const uint32_t n = step_tokens(*ctx.step, a.n_tok);
-    thread_local std::vector<float> xn, gate, up;  // (n, d_model); (n_rows, n) gate dots; (n) up dots of one row
+    thread_local std::vector<float> xn, gate, dots_out;  // (n, d_model); (n_rows, n) gate dots; (tile rows, n)
     xn.resize(size_t(n) * a.d_model);
     gate.resize(size_t(a.n_rows) * n);
-    up.resize(n);
     for (uint32_t j = 0; j < n; ++j)
         rms_norm(ctx.f32(a.x_off) + size_t(j) * a.d_model, ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model,
                  xn.data() + size_t(j) * a.d_model);
-    const WeightRef& wg = ctx.weights[a.gate];
-    const WeightRef& wu = ctx.weights[a.up];
     float* act = ctx.f32(a.act_off);
     ColumnDots dots(ctx, xn.data(), a.d_model, n);
+    // Tile by tile (ColumnDots::tile): a gate tile's dots wait in `gate` for the up tile of the same rows.
     for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
         const Tile& tile = ctx.plan->tiles[t];
-        const uint8_t* bytes = ctx.tiles->tile(t);
         const bool is_gate = tile.weight == a.gate;
-        const WeightRef& w = is_gate ? wg : wu;
-        for (uint32_t r = 0; r < tile.n_rows; ++r) {
-            const uint32_t row = tile.row_begin + r;
-            float* g = gate.data() + size_t(row - a.row_begin) * n;
-            if (is_gate) {
-                dots.dots(w.dtype, bytes + uint64_t(r) * w.row_bytes, g, 1);
-                continue;
-            }
-            dots.dots(w.dtype, bytes + uint64_t(r) * w.row_bytes, up.data(), 1);
-            for (uint32_t j = 0; j < n; ++j) act[size_t(j) * a.d_ff + row] = silu(g[j]) * up[j];
+        const WeightRef& w = ctx.weights[tile.weight];
+        float* g = gate.data() + size_t(tile.row_begin - a.row_begin) * n;
+        if (is_gate) {
+            dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, g);
+            continue;
         }
+        dots_out.resize(size_t(tile.n_rows) * n);
+        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, dots_out.data());
+        for (uint32_t r = 0; r < tile.n_rows; ++r)
+            for (uint32_t j = 0; j < n; ++j)
+                act[size_t(j) * a.d_ff + tile.row_begin + r] = silu(g[size_t(r) * n + j]) * dots_out[size_t(r) * n + j];
     }
 }
 

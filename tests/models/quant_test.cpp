@@ -283,6 +283,7 @@ namespace {
 std::vector<mk::CpuIsa> present_isas() {
     std::vector<mk::CpuIsa> isas = {mk::CpuIsa::Scalar};
     if (mk::cpu_has_isa(mk::CpuIsa::Avx2)) isas.push_back(mk::CpuIsa::Avx2);
+    if (mk::cpu_has_isa(mk::CpuIsa::Avx512)) isas.push_back(mk::CpuIsa::Avx512);
     return isas;
 }
 
@@ -322,6 +323,8 @@ TEST_CASE("quant: the dispatch reports the active ISA", "[cpu]") {
     CHECK(mk::cpu_has_isa(mk::CpuIsa::Scalar));
     const char* env = std::getenv("MK_CPU_ISA");
     if (env && std::string(env) == "scalar") CHECK(name == "scalar");
+    else if (env && std::string(env) == "avx2") CHECK(name == "avx2");
+    else if (mk::cpu_has_isa(mk::CpuIsa::Avx512)) CHECK(name == "avx512");
     else if (mk::cpu_has_isa(mk::CpuIsa::Avx2)) CHECK(name == "avx2");
     if (!mk::cpu_has_isa(mk::CpuIsa::Avx2)) {
         float x[32] = {};
@@ -497,5 +500,38 @@ TEST_CASE("quant: a row against several columns equals one dot per column", "[cp
                 CHECK(out[2 * c + 1] == -7.0f);  // the stride's gaps stay untouched
             }
         }
+    }
+}
+
+TEST_CASE("quant: a tile of rows against a chunk's columns equals one dot per pair", "[cpu]") {
+    // dot_rows_q16_cols (the prefill tile kernel; on AVX-512 4 rows x 4 columns per pass, a d_w * d_x table and
+    // Q4's offset as a separate dot): 1..9 rows and columns cover the full passes and both remainders.
+    const int64_t n = 256;
+    for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+        const uint64_t row_bytes = mk::row_bytes(dtype, n);
+        std::vector<uint8_t> rows(row_bytes * 9);
+        for (uint32_t r = 0; r < 9; ++r) {
+            const std::vector<float> w = random_values(size_t(n), -1.0f, 1.0f, 200 + r);
+            mk::quantize_row(dtype, w.data(), rows.data() + r * row_bytes, n);
+        }
+        std::vector<mk::BlockQ16> xq(size_t(n / 32 * 9));
+        for (uint32_t c = 0; c < 9; ++c) {
+            const std::vector<float> x = random_values(size_t(n), -2.0f, 2.0f, 300 + c);
+            mk::quantize_activations_q16(x.data(), n, xq.data() + c * (n / 32));
+        }
+        for (uint32_t n_rows = 1; n_rows <= 9; ++n_rows)
+            for (uint32_t n_cols = 1; n_cols <= 9; ++n_cols) {
+                mk::Q16Columns cols;
+                cols.split(xq.data(), n, n_cols);
+                std::vector<float> out(size_t(n_rows) * n_cols + 1, -7.0f);
+                mk::dot_rows_q16_cols(dtype, rows.data(), n_rows, row_bytes, cols, out.data());
+                for (uint32_t r = 0; r < n_rows; ++r)
+                    for (uint32_t c = 0; c < n_cols; ++c) {
+                        INFO(mk::dtype_name(dtype) << " " << n_rows << " x " << n_cols << ", row " << r << " column " << c);
+                        const float one = mk::dot_row_q16(dtype, rows.data() + r * row_bytes, xq.data() + c * (n / 32), n);
+                        CHECK(out[r * n_cols + c] == Approx(one).epsilon(1e-5).margin(1e-5));
+                    }
+                CHECK(out.back() == -7.0f);  // nothing past the tile's outputs
+            }
     }
 }

@@ -31,6 +31,28 @@ __device__ inline void run_device_op(const Instruction& ins, const DeviceOpConte
     }
 }
 
+// What the resident kernel's loader fetches into L2 ahead of the consumers besides weight tiles: an op whose
+// device code reads memory that is already final when the step starts (attention's older K/V rows) defines
+// `prefetch(ins, ctx)`; the others have nothing to fetch. A hint only: no op's result depends on it.
+template <class OpDevice>
+__device__ inline void prefetch_if_defined(const Instruction& ins, const DeviceOpContext& ctx) {
+    if constexpr (requires { OpDevice::prefetch(ins, ctx); }) OpDevice::prefetch(ins, ctx);
+}
+__device__ inline void prefetch_device_op(const Instruction& ins, const DeviceOpContext& ctx) {
+    switch (Opcode(ins.opcode)) {
+#define MK_OP(snake, Pascal)                              \
+    case Opcode::snake:                                   \
+        prefetch_if_defined<Pascal##Device>(ins, ctx);    \
+        break;
+#define MK_HOST_OP(snake, Pascal)
+#include "instructions/ops.def"
+#undef MK_HOST_OP
+#undef MK_OP
+    default:
+        break;
+    }
+}
+
 // The instruction's effects as its spec declares them (a peer's memory, the step's token).
 __device__ inline Effects device_effects(const Instruction& ins) {
     switch (Opcode(ins.opcode)) {

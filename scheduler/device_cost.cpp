@@ -101,8 +101,8 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
     const double fill_bytes_per_ns = s.target.bandwidth_gbs / s.target.n_sms;  // the SM's share, all streaming
     DeviceTime t;
 
-    // The consumers' serial path: the record's first line, decode_args, the waits, the barriers, the signal.
-    t.overhead_ns = m.l2_load_ns + c.decode_byte_loads * m.byte_load_ns;
+    // The consumers' serial path: the record, decode_args, the waits, the barriers, the signal.
+    t.overhead_ns = c.record_loads * m.l2_load_ns + c.decode_byte_loads * m.byte_load_ns;
     t.overhead_ns += ins.n_waits * c.wait_dependent_loads * m.l2_load_ns;
     t.overhead_ns += c.barriers_per_instruction * m.barrier_ns;
     if (ins.n_signals) t.overhead_ns += c.signal_fences * m.fence_ns;
@@ -127,10 +127,10 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         const uint32_t heads = c.attn_heads_serial ? a.group : 1;
         const uint32_t trips = (positions + c.attn_positions_per_trip - 1) / c.attn_positions_per_trip;
         const double kv_bytes = 2.0 * 4.0 * positions * a.head_dim;  // fp32 K and V rows
-        // A trip: its K/V rows come from DRAM (the step's 2.47 GB of weights evict them from L2), then the
-        // dependent shuffles and the softmax's exps.
-        const double trip_ns =
-            c.attn_trip_load_rounds * m.dram_load_ns + c.attn_trip_shuffles * m.shuffle_ns + m.exp_ns;
+        // A trip: its K/V rows' load rounds (from DRAM unless the loader prefetched them: the step's 2.47 GB of
+        // weights evict them from L2), then the dependent shuffles and the softmax's exps.
+        const double round_ns = c.attn_kv_prefetched ? m.l2_load_ns : m.dram_load_ns;
+        const double trip_ns = c.attn_trip_load_rounds * round_ns + c.attn_trip_shuffles * m.shuffle_ns + m.exp_ns;
         t.consume_ns = std::max(heads * trips * trip_ns, kv_bytes * heads / fill_bytes_per_ns);
         t.consume_ns += heads * 2 * m.barrier_ns;  // the per-head merge's two barriers
     } else {

@@ -17,9 +17,13 @@ struct KernelStructure {
     uint32_t consumer_warps = 7;      // warps 1..7 of 8 (interpreter.cu: kInterpreterThreads)
     bool rows_across_tiles = true;    // rows dealt to warps over the instruction's tiles, a warp releasing each tile
                                       // when its own rows are done (before issue 20: per tile, then a team barrier)
-    uint32_t matvec_input_smem_cols = 4096;  // matvec_add stages inputs of up to this many fp32 in shared memory
-                                             // (the scratch beside 13 pages of the H200: ~4,600 floats), else L2
-    uint32_t wait_dependent_loads = 2;  // dependent global loads per counter wait: its SyncSlots entry, the counter
+    uint32_t matvec_input_smem_cols = 3052;  // matvec_add stages inputs of up to this many fp32 in shared memory
+                                             // (the scratch beside 13 pages and the queue: 4,076 floats, less 1,024
+                                             // for reductions), else L2
+    uint32_t record_loads = 0;          // dependent global loads before the waits: the record (1 before the loader
+                                        // staged each instruction in a shared-memory queue)
+    uint32_t wait_dependent_loads = 1;  // dependent global loads per counter wait: the counter (its target is staged;
+                                        // before the queue: its SyncSlots entry, then the counter)
     uint32_t decode_byte_loads = 0;     // LDG.E.U8 executed by one decode_args (word loads since issue 20)
     uint32_t signal_fences = 1;         // fences before a signal lands (the release add's own)
     uint32_t barriers_per_instruction = 2;  // team barriers around the op (wait published, stores done)
@@ -30,6 +34,8 @@ struct KernelStructure {
     uint32_t attn_positions_per_trip = 224;  // positions in flight per trip over the team (before: 7)
     uint32_t attn_trip_load_rounds = 8;    // dependent K/V load rounds per trip (before: 1)
     uint32_t attn_trip_shuffles = 42;      // dependent shuffles per trip (before: 5, the score's warp sum)
+    bool attn_kv_prefetched = true;        // the loader prefetches the chunk's K/V rows into L2 an instruction ahead,
+                                           // so a trip's load rounds hit L2 (before: DRAM, the weights evict them)
     double wait_backoff_max_ns = 1024;  // a waiter's __nanosleep grows to this: polls land late by up to it
     uint32_t token_system_fences = 0;   // post_token: system-scope fences on the critical path (before: 3; the gate's
                                         // release now precedes the host's copy)

@@ -9,6 +9,7 @@
 #include "models/error.hpp"
 #include "models/synthetic.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/device_cost.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
 #include "scheduler/verify.hpp"
@@ -90,8 +91,18 @@ void register_schedule(CLI::App& app) {
                    target.name, s.counters.size(), s.policy);
         fmt::print("compiled in {:.1f} ms, verified in {:.1f} ms: {}\n", compile_ms, report.stats.elapsed_ms,
                    report.ok ? "ok" : "failed");
-        fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {} GB/s peak)\n", sim.makespan_ns / 1e3,
-                   sim.weight_gbs(), peak);
+        fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {} GB/s peak; ideal model)\n",
+                   sim.makespan_ns / 1e3, sim.weight_gbs(), peak);
+        if (target.name != "cpu") {  // what `mk inspect` shows by default for a GPU target
+            const DeviceModel device = device_model_h200();
+            SimOptions so;
+            so.device = &device;
+            const Simulation dev = simulate(s, so);
+            fmt::print("device cost model at position {}: step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token "
+                       "({:.0f} GB/s of weights; mk inspect for the breakdown)\n",
+                       so.position, dev.makespan_ns / 1e3, dev.step_boundary_ns / 1e3, dev.token_ns() / 1e6,
+                       dev.weight_gbs());
+        }
     });
 }
 

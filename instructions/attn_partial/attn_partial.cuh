@@ -35,6 +35,29 @@ struct AttnPartialDevice {
         run_per_head(a, ctx, team, begin, end);
     }
 
+    // The loader's L2 prefetch of the chunk's K and V rows (the step's 2.5 GB of weights evict them from the
+    // 50 MB L2 between steps, so without it every dependent load round of a trip is a DRAM miss). The row of
+    // this step's position may still be in flight from rms_qkv: a stale line in L2 is only a hint.
+    static __device__ void prefetch(const Instruction& ins, const DeviceOpContext& ctx) {
+        const auto a = decode_args<AttnPartialArgs>(ins);
+        int32_t begin = 0, end = 0;
+        attn_chunk(ctx.pos, a.part, a.n_parts, begin, end);
+        if (end <= begin) return;
+        const uint64_t first = ctx.cache_offset(a.layer, a.kv_head) + uint64_t(begin) * a.head_dim;
+        // Bulk prefetches take 16-byte-aligned ranges: the range shrinks to them (a head_dim not a multiple of 4
+        // leaves its edge rows to DRAM as before).
+        const uint64_t lo = (first * sizeof(float) + 15) / 16 * 16;
+        const uint64_t hi = (first + uint64_t(end - begin) * a.head_dim) * sizeof(float) / 16 * 16;
+        constexpr uint64_t kPiece = 16384;  // one bulk prefetch per 16 KiB, like a weight tile
+        const auto* k = reinterpret_cast<const uint8_t*>(ctx.k_cache);
+        const auto* v = reinterpret_cast<const uint8_t*>(ctx.v_cache);
+        for (uint64_t off = lo; off < hi; off += kPiece) {
+            const uint32_t n = uint32_t(hi - off < kPiece ? hi - off : kPiece);
+            ptx::prefetch_l2(k + off, n);
+            ptx::prefetch_l2(v + off, n);
+        }
+    }
+
     // kDims = head_dim / 32: output dims per lane per head.
     template <uint32_t kDims>
     static __device__ void run_streaming(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,

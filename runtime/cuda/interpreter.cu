@@ -18,7 +18,33 @@ namespace {
 
 using cuda_sync::WaitGuard;
 
+// The instruction queue: the loader stages each instruction the consumers will run into shared memory, with
+// its waits' absolute targets for the step, ahead of them (it is ahead anyway: weights do not depend on
+// counters). A consumer's per-instruction path then reads shared memory and the counters it polls, no
+// record, slot or table from L2 (an L2 hit is ~250 ns, and every acquire invalidates L1).
+struct StagedWait {
+    uint32_t counter, flags;
+    uint64_t target;  // epoch * step_total + target within the step
+};
+struct alignas(16) StagedInstruction {
+    Instruction ins;
+    StagedWait waits[kMaxWaits];  // the valid ones first
+    SignalSlot signals[kMaxSignals];
+    uint32_t release[PageRing::kMaxPages / 4];
+    uint32_t tile_begin, n_tiles, used, reserved;
+};
+static_assert(sizeof(StagedInstruction) == 256);
+// 8 entries (2 KiB of the ~18 KiB beside 13 pages): the loader may run 8 instructions ahead, more than the
+// pages let it for weight-streaming ops; attention's and the reductions' instructions take no pages.
+inline constexpr uint32_t kQueueDepth = 8;
+struct InstructionQueue {
+    StagedInstruction entries[kQueueDepth];
+    uint64_t staged[kQueueDepth];    // mbarrier, count 1: the loader wrote the entry (release.cta)
+    uint64_t consumed[kQueueDepth];  // mbarrier, count 1: the consumers are done with it
+};
+
 struct SharedState {
+    InstructionQueue queue;  // first: 16-byte aligned where SharedState starts
     PageRing loader_ring;
     PageRing consumer_ring;
     Command command;
@@ -41,8 +67,8 @@ __device__ bool is_stop_token(const Command& c, int32_t token) {
 }
 
 // A role's ring after instruction `sync`'s `used` pages: its release order in registers, then the hand-off.
-__device__ inline void finish_ring(PageRing& ring, const SyncSlots& sync, uint32_t used) {
-    const uint4 a = reinterpret_cast<const uint4*>(sync.release)[0], b = reinterpret_cast<const uint4*>(sync.release)[1];
+__device__ inline void finish_ring(PageRing& ring, const uint32_t (&release)[PageRing::kMaxPages / 4], uint32_t used) {
+    const uint4 a = reinterpret_cast<const uint4*>(release)[0], b = reinterpret_cast<const uint4*>(release)[1];
     const uint32_t order[PageRing::kMaxPages / 4] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     ring.finish(order, used);
 }
@@ -55,14 +81,48 @@ struct Loader {
     uint32_t empty_parity = 0;  // parity of each page's next "empty" phase to wait for
     uint32_t fill_parity = 0;   // parity of each page's next fill
     uint32_t filled_once = 0;   // pages that have been filled at least once
+    InstructionQueue& queue;
+    uint32_t staged = 0;           // instructions staged so far (entry staged % kQueueDepth is the next)
+    uint32_t consumed_parity = 0;  // parity of each entry's next "consumed" phase
 
-    __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch) {
+    // Stages instruction i for the step of `epoch` once the consumers are done with the entry's previous one.
+    __device__ bool stage(uint32_t i, uint32_t epoch, const WaitGuard& guard) {
+        const uint32_t q = staged % kQueueDepth;
+        if (staged >= kQueueDepth) {
+            if (!wait_phase(&queue.consumed[q], consumed_parity >> q & 1u, guard, true)) return false;
+            consumed_parity ^= 1u << q;
+        }
+        StagedInstruction& e = queue.entries[q];
+        const uint4* record = reinterpret_cast<const uint4*>(&P.instructions[i]);
+        uint4* copy = reinterpret_cast<uint4*>(&e.ins);
+        for (uint32_t k = 0; k < sizeof(Instruction) / sizeof(uint4); ++k) copy[k] = record[k];
+        const SyncSlots& sync = P.sync[i];
+        for (uint32_t w = 0; w < kMaxWaits; ++w) {
+            const WaitSlot wait = sync.waits[w];
+            e.waits[w] = {wait.counter, wait.flags, uint64_t(epoch) * wait.step_total + wait.target};
+        }
+        for (uint32_t g = 0; g < kMaxSignals; ++g) e.signals[g] = sync.signals[g];
+        for (uint32_t k = 0; k < PageRing::kMaxPages / 4; ++k) e.release[k] = sync.release[k];
+        e.tile_begin = P.tile_begin[i];
+        e.n_tiles = P.tile_begin[i + 1] - e.tile_begin;
+        e.used = P.release_begin[i + 1] - P.release_begin[i];
+        mbarrier_arrive(&queue.staged[q]);
+        ++staged;
+        return true;
+    }
+
+    __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch,
+                             const DeviceOpContext& ctx) {
+        if (begin < end) prefetch_device_op(P.instructions[begin], ctx);
         for (uint32_t i = begin; i < end; ++i) {
+            if (!stage(i, epoch, guard)) return false;
             const uint32_t tb = P.tile_begin[i], te = P.tile_begin[i + 1];
             const uint32_t used = P.release_begin[i + 1] - P.release_begin[i];
-            if (i + 1 < end)  // look one instruction further ahead through L2
+            if (i + 1 < end) {  // look one instruction further ahead through L2: its tiles, and what else it reads
                 for (uint32_t t = P.tile_begin[i + 1]; t < P.tile_begin[i + 2]; ++t)
                     prefetch_l2(P.weight_blob + P.tiles[t].src_offset, P.tiles[t].bytes);
+                prefetch_device_op(P.instructions[i + 1], ctx);
+            }
             for (uint32_t t = tb; t < te; ++t) {
                 const uint32_t p = ring.page_of_tile(t - tb, used);
                 if (filled_once >> p & 1u) {
@@ -78,7 +138,7 @@ struct Loader {
                 bulk_copy_to_shared(pages.page(p), P.weight_blob + tile.src_offset, tile.bytes, &pages.full[p]);
                 fill_parity ^= 1u << p;
             }
-            if (used) finish_ring(ring, P.sync[i], used);
+            if (used) finish_ring(ring, P.sync[i].release, used);
         }
         return true;
     }
@@ -108,37 +168,38 @@ struct Consumers {
     Team team;
     uint64_t* counters;  // this block's rank's
     uint32_t full_parity = 0;
+    uint32_t taken = 0;          // instructions taken from the queue so far
+    uint32_t staged_parity = 0;  // parity of each queue entry's next "staged" phase
 
     __device__ bool run_step(uint32_t begin, uint32_t end, WaitGuard guard, uint32_t step, DeviceOpContext& ctx) {
         for (uint32_t i = begin; i < end; ++i) {
-            const Instruction& ins = P.instructions[i];
+            const uint32_t q = taken++ % kQueueDepth;
+            const StagedInstruction& e = sh.queue.entries[q];
+            const Instruction& ins = e.ins;
             TraceRecord* trace = P.trace && guard.epoch < P.trace_steps
                                      ? &P.trace[uint64_t(guard.epoch) * P.n_instructions + i]
                                      : nullptr;
-            const SyncSlots& sync = P.sync[i];
             if (team.rank == 0) {
                 if (trace) trace->start = cuda_sync::global_timer_ns();
                 guard.index = i - begin;
+                // The entry, then its counters; the team barrier below publishes the entry to the other threads.
+                bool ok = wait_phase(&sh.queue.staged[q], staged_parity >> q & 1u, guard, true);
                 guard.opcode = ins.opcode;
-                for (uint32_t w = 0; w < kMaxWaits; ++w) {
-                    const WaitSlot wait = sync.waits[w];
+                for (uint32_t w = 0; ok && w < kMaxWaits; ++w) {
+                    const StagedWait wait = e.waits[w];
                     if (!(wait.flags & kSlotValid)) break;
-                    const uint64_t target = uint64_t(guard.epoch) * wait.step_total + wait.target;
-                    if (!cuda_sync::wait_at_least<uint64_t>(&counters[wait.counter], target, guard, wait.counter,
-                                                            (wait.flags & kSlotSystem) != 0)) {
-                        sh.wait_failed = 1;
-                        break;
-                    }
+                    ok = cuda_sync::wait_at_least<uint64_t>(&counters[wait.counter], wait.target, guard, wait.counter,
+                                                            (wait.flags & kSlotSystem) != 0);
                 }
+                if (!ok) sh.wait_failed = 1;
                 cuda_sync::fence_proxy_async_global();
                 if (trace) trace->ready = cuda_sync::global_timer_ns();
             }
+            staged_parity ^= 1u << q;
             team.sync();
             if (sh.wait_failed) return false;
 
-            const uint32_t tb = P.tile_begin[i];
-            PageTiles tiles{pages, &sh.consumer_ring, P.tiles + tb, P.tile_begin[i + 1] - tb,
-                            P.release_begin[i + 1] - P.release_begin[i], full_parity, team,
+            PageTiles tiles{pages, &sh.consumer_ring, P.tiles + e.tile_begin, e.n_tiles, e.used, full_parity, team,
                             trace ? &trace->load_end : nullptr, guard, true};
             run_device_op(ins, ctx, team, tiles);
             full_parity = tiles.full_parity;
@@ -152,7 +213,7 @@ struct Consumers {
                     uint64_t* peer = ctx.ranks[effects.peer_rank].counters;
                     __threadfence_system();
                     for (uint32_t g = 0; g < kMaxSignals; ++g) {
-                        const SignalSlot signal = sync.signals[g];
+                        const SignalSlot signal = e.signals[g];
                         if (!(signal.delta_flags >> 16 & kSlotValid)) break;
                         cuda_sync::release_add_system(&peer[signal.counter], signal.delta_flags & 0xffffu);
                     }
@@ -160,7 +221,7 @@ struct Consumers {
                     // The team barrier above orders the team's stores before this thread's release add, which is
                     // cumulative: no separate fence (one was here, a second fence on every instruction's path).
                     for (uint32_t g = 0; g < kMaxSignals; ++g) {
-                        const SignalSlot signal = sync.signals[g];
+                        const SignalSlot signal = e.signals[g];
                         const uint32_t flags = signal.delta_flags >> 16, delta = signal.delta_flags & 0xffffu;
                         if (!(flags & kSlotValid)) break;
                         // A counter peers' transfers also signal gets every add at their scope.
@@ -171,7 +232,8 @@ struct Consumers {
                 // A TP schedule samples the same token on every rank; this GPU's first rank's goes to its host mailbox.
                 if (effects.token_off == P.token_off)
                     post_token(step);
-                if (tiles.used) finish_ring(sh.consumer_ring, sync, tiles.used);
+                if (tiles.used) finish_ring(sh.consumer_ring, e.release, tiles.used);
+                mbarrier_arrive(&sh.queue.consumed[q]);  // the entry's last reader: the loader may refill it
                 if (trace) trace->end = cuda_sync::global_timer_ns();
             }
         }
@@ -239,10 +301,10 @@ __device__ __forceinline__ void run_command(const InterpreterParams& P, SharedSt
         __syncthreads();
         if (!sh.go) return;
         guard.epoch = c.epoch0 + s;
+        ctx.pos = c.pos0 + int32_t(s);
         if (tid < 32) {
-            if (tid == 0) loader.run_step(begin, end, guard, guard.epoch);
+            if (tid == 0) loader.run_step(begin, end, guard, guard.epoch, ctx);
         } else {
-            ctx.pos = c.pos0 + int32_t(s);
             ctx.token = sh.token;
             consumers.run_step(begin, end, guard, s, ctx);
         }
@@ -275,6 +337,10 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
             mbarrier_init(&pages.full[p], 1);
             mbarrier_init(&pages.empty[p], blockDim.x / 32 - 1);  // one arrival per consumer warp
         }
+        for (uint32_t q = 0; q < kQueueDepth; ++q) {
+            mbarrier_init(&sh.queue.staged[q], 1);
+            mbarrier_init(&sh.queue.consumed[q], 1);
+        }
         ptx::fence_mbarrier_init();
         sh.loader_ring.reset(P.n_pages);
         sh.consumer_ring.reset(P.n_pages);
@@ -292,7 +358,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
     ctx.scratch = scratch;
     ctx.scratch_floats = P.scratch_bytes / 4;
     WaitGuard guard{P.control, P.mailbox, P.watchdog_ns, sm, 0, 0, 0};
-    Loader loader{P, pages, sh.loader_ring};
+    Loader loader{P, pages, sh.loader_ring, 0, 0, 0, sh.queue};
     Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}, own.counters};
 
     if (!P.resident) {

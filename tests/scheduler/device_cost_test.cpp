@@ -31,6 +31,7 @@ DeviceModel round_model() {
     // The structure before issue 20's device changes (the hand computations below assume it).
     m.code.rows_across_tiles = false;
     m.code.matvec_input_smem_cols = 0;
+    m.code.record_loads = 1;
     m.code.wait_dependent_loads = 3;
     m.code.decode_byte_loads = 20;
     m.code.signal_fences = 2;
@@ -38,6 +39,7 @@ DeviceModel round_model() {
     m.code.attn_positions_per_trip = 7;
     m.code.attn_trip_load_rounds = 1;
     m.code.attn_trip_shuffles = 5;
+    m.code.attn_kv_prefetched = false;
     m.code.token_system_fences = 3;
     return m;
 }
@@ -82,6 +84,12 @@ TEST_CASE("device cost: a matvec_add's serial path and tiles", "[cpu]") {
     m.code.rows_across_tiles = true;
     t = device_instruction_time(s, mv, 0, m);
     CHECK(t.consume_ns == Approx(110.0 + 13.0));
+
+    // The instruction queue: no record load, the wait's target staged (1 load: the counter), so
+    // 20 + 100 + 20 + 400.
+    m.code.record_loads = 0;
+    m.code.wait_dependent_loads = 1;
+    CHECK(device_instruction_time(s, mv, 0, m).overhead_ns == Approx(540.0));
 }
 
 TEST_CASE("device cost: poll overshoot and step boundary", "[cpu]") {
@@ -140,4 +148,7 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
     m.code.attn_trip_load_rounds = 8;
     m.code.attn_trip_shuffles = 42;
     CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 500.0 + 84.0 + 10.0 + 20.0));
+    // The loader prefetched the rows: the 8 rounds hit L2 (100 each).
+    m.code.attn_kv_prefetched = true;
+    CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 100.0 + 84.0 + 10.0 + 20.0));
 }

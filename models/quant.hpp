@@ -90,14 +90,18 @@ struct Q16Columns {
     const int16_t* q = nullptr;  // (n_cols, n), or null where no tile kernel reads it
     const float* d = nullptr;    // (n_cols, n / 32)
     const float* sum = nullptr;  // (n_cols, n / 32)
+    const float* d4 = nullptr;   // (n_cols / 4, n / 32, 4): d of each group of 4 columns, block by block
+    const float* sum4 = nullptr;  // (n_cols / 4, n / 32, 4): the same for sum
     void split(const BlockQ16* xq, int64_t n_values, uint32_t columns);  // keeps the storage below
     std::vector<int16_t> q_storage;
-    std::vector<float> d_storage, sum_storage;
+    std::vector<float> d_storage, sum_storage, d4_storage, sum4_storage;
 };
 // A staged tile's rows against a chunk's columns: out[r * n_cols + c] = dot_row_q16(dtype, rows + r * row_bytes,
 // column c, n) up to float rounding, for r < n_rows, c < cols.n_cols. Columns go 4 at a time through all the
 // rows, so each group's values are read from memory once per tile (AVX-512: 4 rows x 4 columns in registers).
+// `next` (next_bytes long, may be null) is the tile that comes after: the AVX-512 kernel prefetches it into L2
+// across its passes, so the next tile's decode does not wait on memory.
 void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
-                       float* out);
+                       float* out, const void* next = nullptr, uint64_t next_bytes = 0);
 
 }  // namespace mk

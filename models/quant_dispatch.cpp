@@ -203,7 +203,7 @@ void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t 
 void Q16Columns::split(const BlockQ16* xq, int64_t n_values, uint32_t columns) {
     check_activations(n_values, "Q16Columns");
     blocks = xq, n = n_values, n_cols = columns;
-    q = nullptr, d = nullptr, sum = nullptr;
+    q = nullptr, d = nullptr, sum = nullptr, d4 = nullptr, sum4 = nullptr;
     const CpuKernels& k = active_kernels();
     bool tile = false;
     for (quant::DotQ16TileFn f : k.dot_q16_tile) tile = tile || f;
@@ -218,16 +218,24 @@ void Q16Columns::split(const BlockQ16* xq, int64_t n_values, uint32_t columns) {
         d_storage[size_t(b)] = xq[b].d;
         sum_storage[size_t(b)] = xq[b].sum;
     }
-    q = values, d = d_storage.data(), sum = sum_storage.data();
+    d4_storage.resize(size_t(columns / 4 * per * 4));
+    sum4_storage.resize(d4_storage.size());
+    for (uint32_t c = 0; c < columns / 4 * 4; ++c)
+        for (int64_t b = 0; b < per; ++b) {
+            d4_storage[size_t((c / 4 * per + b) * 4 + c % 4)] = d_storage[size_t(c * per + b)];
+            sum4_storage[size_t((c / 4 * per + b) * 4 + c % 4)] = sum_storage[size_t(c * per + b)];
+        }
+    q = values, d = d_storage.data(), sum = sum_storage.data(), d4 = d4_storage.data(), sum4 = sum4_storage.data();
 }
 
 void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
-                       float* out) {
+                       float* out, const void* next, uint64_t next_bytes) {
     const CpuKernels& k = active_kernels();
     const uint32_t s = quant::slot(dtype);
     quant::DotQ16TileFn f = s < quant::kDTypeSlots ? k.dot_q16_tile[s] : nullptr;
     if (f && cols.q && !(cols.n & block_mask(dtype))) {
-        f(static_cast<const uint8_t*>(rows), n_rows, row_bytes, cols, out);
+        f(static_cast<const uint8_t*>(rows), n_rows, row_bytes, cols, out, static_cast<const uint8_t*>(next),
+          next ? next_bytes : 0);
         return;
     }
     const uint8_t* bytes = static_cast<const uint8_t*>(rows);

@@ -17,7 +17,7 @@ using DotQ16ColsFn = void (*)(const uint8_t* row, const BlockQ16* xq, int64_t n,
 // out[r * n_cols + c] = the dot of row r (rows + r * row_bytes) with column c of cols (its split q, d, sum), for a
 // staged tile's n_rows rows and a chunk's n_cols columns.
 using DotQ16TileFn = void (*)(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,
-                              float* out);
+                              float* out, const uint8_t* next, uint64_t next_bytes);
 
 constexpr uint32_t kDTypeSlots = 31;  // GGML type ids 0..30; BF16 (30) is the largest mk supports
 

@@ -84,13 +84,15 @@ public:
     // Rows [0, n_rows) of a staged tile against every column: out[r * n_cols + j]. Columns go 4 at a time through
     // all the tile's rows, so a group's activations are read once per tile, not once per row (per row, a 64-token
     // chunk's q16 activations are ~135x a Q8_0 row's bytes: re-read per row they dominated Llama-3.2-1B's prefill).
-    void tile(DType dtype, const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, float* out) {
+    // `next`, next_bytes: the tile after this one (or null), prefetched meanwhile (next_tile_bytes).
+    void tile(DType dtype, const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, float* out,
+              const uint8_t* next = nullptr, uint64_t next_bytes = 0) {
         if (!q16_ || !has_q16_dot(dtype)) {
             for (uint32_t r = 0; r < n_rows; ++r) dots(dtype, rows + r * row_bytes, out + size_t(r) * n_cols_, 1);
             return;
         }
         quantize();
-        dot_rows_q16_cols(dtype, rows, n_rows, row_bytes, columns(), out);
+        dot_rows_q16_cols(dtype, rows, n_rows, row_bytes, columns(), out, next, next_bytes);
     }
 
 private:
@@ -115,6 +117,17 @@ private:
     bool q16_, quantized_ = false;
 };
 
+// Where the instruction's tile t + 1 lies in the weights, and its size: a prefetch hint for the prefill tile
+// kernel (an address only: the tile is staged, and checked, when its turn comes). Null past the last tile.
+inline const uint8_t* next_tile_bytes(const OpContext& ctx, uint32_t t, uint64_t& n_bytes) {
+    n_bytes = 0;
+    if (t + 1 >= ctx.plan->tiles.size()) return nullptr;
+    const Tile& next = ctx.plan->tiles[t + 1];
+    const WeightRef& w = ctx.weights[next.weight];
+    n_bytes = uint64_t(next.n_rows) * w.row_bytes;
+    return w.row(next.row_begin);
+}
+
 // Visits every row of the instruction's tiles that belong to `weight`, in tile order:
 // visit(row_index, row_bytes_pointer).
 template <typename Visit>
@@ -138,7 +151,9 @@ inline void for_each_tile_row_dots(OpContext& ctx, uint32_t weight, ColumnDots& 
         const Tile& tile = ctx.plan->tiles[t];
         if (tile.weight != weight) continue;
         out.resize(size_t(tile.n_rows) * n_cols);
-        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, out.data());
+        uint64_t next_bytes = 0;
+        const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
+        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, out.data(), next, next_bytes);
         for (uint32_t r = 0; r < tile.n_rows; ++r) visit(tile.row_begin + r, out.data() + size_t(r) * n_cols);
     }
 }

@@ -26,15 +26,18 @@ void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         const bool is_gate = tile.weight == a.gate;
         const WeightRef& w = ctx.weights[tile.weight];
         float* g = gate.data() + size_t(tile.row_begin - a.row_begin) * n;
+        uint64_t next_bytes = 0;
+        const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
         if (is_gate) {
-            dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, g);
+            dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, g, next, next_bytes);
             continue;
         }
         dots_out.resize(size_t(tile.n_rows) * n);
-        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, dots_out.data());
-        for (uint32_t r = 0; r < tile.n_rows; ++r)
-            for (uint32_t j = 0; j < n; ++j)
-                act[size_t(j) * a.d_ff + tile.row_begin + r] = silu(g[size_t(r) * n + j]) * dots_out[size_t(r) * n + j];
+        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, dots_out.data(), next, next_bytes);
+        for (uint32_t j = 0; j < n; ++j) {  // token by token: each token's act row is written in order
+            float* act_row = act + size_t(j) * a.d_ff + tile.row_begin;
+            for (uint32_t r = 0; r < tile.n_rows; ++r) act_row[r] = silu(g[size_t(r) * n + j]) * dots_out[size_t(r) * n + j];
+        }
     }
 }
 

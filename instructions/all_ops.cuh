@@ -10,6 +10,13 @@
 #include "instructions/rms_qkv/rms_qkv.cuh"
 #include "instructions/sample/sample.cuh"
 #include "instructions/transfer/transfer.cuh"
+// Prefill ops.
+#include "instructions/attn_rows/attn_rows.cuh"
+#include "instructions/embed_rows/embed_rows.cuh"
+#include "instructions/matmul_add/matmul_add.cuh"
+#include "instructions/rms_gate_up_rows/rms_gate_up_rows.cuh"
+#include "instructions/rms_lm_head_rows/rms_lm_head_rows.cuh"
+#include "instructions/rms_qkv_rows/rms_qkv_rows.cuh"
 
 namespace mk {
 

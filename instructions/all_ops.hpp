@@ -10,7 +10,7 @@
 #include "instructions/rms_qkv/rms_qkv.hpp"
 #include "instructions/sample/sample.hpp"
 #include "instructions/transfer/transfer.hpp"
-// Prefill ops (MK_HOST_OP: no device code yet).
+// Prefill ops.
 #include "instructions/attn_rows/attn_rows.hpp"
 #include "instructions/embed_rows/embed_rows.hpp"
 #include "instructions/matmul_add/matmul_add.hpp"

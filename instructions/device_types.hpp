@@ -67,6 +67,7 @@ struct DeviceOpContext {
     uint32_t ctx_len;
     int32_t pos;                   // the step's position
     int32_t token;                 // the step's input token
+    int32_t n_tokens;              // a prefill step: the chunk's tokens (StepState::n_tokens); 1 for decode
     float* scratch;                // team-private shared memory
     uint32_t scratch_floats;
 

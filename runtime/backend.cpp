@@ -102,12 +102,16 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
-    if (is_cuda_backend(backend))
+    if (is_cuda_backend(backend)) {
+        if (schedule.prefill_tokens)
+            fail("--backend {}: the schedule is a prefill step (chunks of {} tokens); the CUDA backends step a decode "
+                 "schedule and run prompts token by token", backend, schedule.prefill_tokens);
         for (const auto& stream : schedule.streams)
             for (const Instruction& ins : stream)
                 if (!has_device_code(ins.opcode))
-                    fail("--backend {}: the schedule holds {}, which has no CUDA implementation yet (prefill schedules "
-                         "run on the cpu backend)", backend, op_info(ins.opcode).name);
+                    fail("--backend {}: the schedule holds {}, which has no CUDA implementation yet", backend,
+                         op_info(ins.opcode).name);
+    }
     if (is_emulated(backend)) {
         if (schedule.tp_size > 1 && backend == "cuda-kernels-emu" && !o.tp_loopback)
             fail("--tp {} --backend cuda-kernels-emu: the kernel-per-op baseline runs tensor parallel only on one GPU; "

@@ -88,19 +88,28 @@ __device__ inline void dequantize_row(uint32_t dtype, const uint8_t* row, float*
     for (uint32_t i = team.rank; i < n; i += team.size) out[i] = dequantize_element(dtype, row, i);
 }
 
+// A vector as row_dot reads it: load4(i) gives values i..i+3 (i a multiple of 4), at(i) value i. PlainVector is
+// fp32 in memory, 16-byte aligned; the prefill ops read other views (instructions/common/rows_math.cuh).
+struct PlainVector {
+    const float* x;
+    __device__ float4 load4(uint32_t i) const { return load_f4(x + i); }
+    __device__ float at(uint32_t i) const { return x[i]; }
+};
+
 // row . x over `cols` values, computed by one warp and valid in every lane. The row starts 16-byte
-// aligned and x is 16-byte aligned. Plain formats: each lane takes 16-byte chunks (lane, lane + 32,
+// aligned; x is a vector view as above. Plain formats: each lane takes 16-byte chunks (lane, lane + 32,
 // ...); block formats: a few lanes share a block, each reading 4 quant bytes with loads as wide as
 // the block's alignment allows, so consecutive lanes read consecutive x values (no bank conflicts
 // on a shared-memory x). Partial sums are scaled per 4 (or 8) values, summed in a fixed order.
-__device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float* x, uint32_t cols, uint32_t lane) {
+template <class Vector>
+__device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const Vector& x, uint32_t cols, uint32_t lane) {
     float acc = 0.0f;
     uint32_t done = cols;  // values covered by the vector loop; a plain format's tail is done per value
     switch (DType(dtype)) {
         case DType::F32: {
             done = cols / 4 * 4;
             for (uint32_t c = lane; c < cols / 4; c += 32)
-                acc += dot4(load_f4(reinterpret_cast<const float*>(row) + 4 * c), load_f4(x + 4 * c));
+                acc += dot4(load_f4(reinterpret_cast<const float*>(row) + 4 * c), x.load4(4 * c));
             break;
         }
         case DType::F16:
@@ -113,8 +122,8 @@ __device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float*
                 const float2 w1 = f16 ? half2_bits_to_f2(w.y) : bf162_bits_to_f2(w.y);
                 const float2 w2 = f16 ? half2_bits_to_f2(w.z) : bf162_bits_to_f2(w.z);
                 const float2 w3 = f16 ? half2_bits_to_f2(w.w) : bf162_bits_to_f2(w.w);
-                acc += dot4({w0.x, w0.y, w1.x, w1.y}, load_f4(x + 8 * c)) +
-                       dot4({w2.x, w2.y, w3.x, w3.y}, load_f4(x + 8 * c + 4));
+                acc += dot4({w0.x, w0.y, w1.x, w1.y}, x.load4(8 * c)) +
+                       dot4({w2.x, w2.y, w3.x, w3.y}, x.load4(8 * c + 4));
             }
             break;
         }
@@ -122,7 +131,7 @@ __device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float*
             for (uint32_t u = lane; u < cols / 32 * 8; u += 32) {
                 const uint32_t b = u / 8, k = u % 8;
                 const uint8_t* block = row + 34 * b;
-                const float s = dot4(bytes_to_f4(load_u32_align2(block + 2 + 4 * k)), load_f4(x + 32 * b + 4 * k));
+                const float s = dot4(bytes_to_f4(load_u32_align2(block + 2 + 4 * k)), x.load4(32 * b + 4 * k));
                 acc += s * f16_to_f32(load_u16(block));
             }
             break;
@@ -136,7 +145,7 @@ __device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float*
                 const uint32_t b = u / 4, k = u % 4;
                 const uint8_t* block = row + block_bytes * b;
                 const uint32_t q = q4_1 ? load_u32(block + 4 + 4 * k) : load_u32_align2(block + 2 + 4 * k);
-                const float4 lo = load_f4(x + 32 * b + 4 * k), hi = load_f4(x + 32 * b + 16 + 4 * k);
+                const float4 lo = x.load4(32 * b + 4 * k), hi = x.load4(32 * b + 16 + 4 * k);
                 const float s = dot4(nibbles_to_f4(q, 0, bias), lo) + dot4(nibbles_to_f4(q, 4, bias), hi);
                 acc += s * f16_to_f32(load_u16(block));
                 if (q4_1)  // + m * (sum of the block's x)
@@ -146,19 +155,18 @@ __device__ inline float row_dot(uint32_t dtype, const uint8_t* row, const float*
         }
         default: return __uint_as_float(0x7fc00000u);
     }
-    for (uint32_t i = done + lane; i < cols; i += 32) acc += dequantize_element(dtype, row, i) * x[i];
+    for (uint32_t i = done + lane; i < cols; i += 32) acc += dequantize_element(dtype, row, i) * x.at(i);
     return warp_sum(acc);
 }
 
-// Calls visit(tile, row, dot) for every weight row of every tile, dot = row . x valid in all lanes of the
-// visiting warp. Rows are dealt to warps across tiles: the instruction's row r (counted from its first tile's
-// first row) goes to warp r % n_warps, so every warp works whatever a tile holds (BF16 rows of 2048 columns
+// Calls visit(tile, row, bytes, weight) for every weight row of every tile, bytes its row in the tile, in the
+// warp it is dealt to. Rows are dealt to warps across tiles: the instruction's row r (counted from its first
+// tile's first row) goes to warp r % n_warps, so every warp works whatever a tile holds (BF16 rows of 2048 columns
 // fill a 16 KiB page with 4, of 8192 columns with 1), a warp sees its rows in increasing order, and paired
 // tiles of the same rows (gate/up) give a row to the same warp. Every warp acquires and releases every tile
 // in order, releasing it once its own rows in it are done: no team barrier per tile.
 template <class Tiles, class Visit>
-__device__ inline void for_each_row_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, const float* x,
-                                        uint32_t cols, Visit&& visit) {
+__device__ inline void for_each_warp_row(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, Visit&& visit) {
     const uint32_t n_warps = team.n_warps(), warp = team.warp();
     const uint32_t base = tiles.count() ? tiles.info(0).row_begin : 0;
     for (uint32_t t = 0; t < tiles.count(); ++t) {
@@ -167,10 +175,20 @@ __device__ inline void for_each_row_dot(const DeviceOpContext& ctx, const Team& 
         const DeviceWeight& w = ctx.weights[tile.weight];
         const uint32_t first = (warp + n_warps - (tile.row_begin - base) % n_warps) % n_warps;  // this warp's first
         for (uint32_t r = first; r < tile.n_rows; r += n_warps)
-            visit(tile, tile.row_begin + r,
-                  row_dot(w.dtype, bytes + uint64_t(r) * w.row_bytes, x, cols, team.lane()));
+            visit(tile, tile.row_begin + r, bytes + uint64_t(r) * w.row_bytes, w);
         tiles.release(t);
     }
+}
+
+// Calls visit(tile, row, dot) for every weight row of every tile, dot = row . x valid in all lanes of the
+// visiting warp (rows dealt as for_each_warp_row deals them).
+template <class Tiles, class Visit>
+__device__ inline void for_each_row_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, const float* x,
+                                        uint32_t cols, Visit&& visit) {
+    for_each_warp_row(ctx, team, tiles,
+                      [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {
+                          visit(tile, row, row_dot(w.dtype, bytes, PlainVector{x}, cols, team.lane()));
+                      });
 }
 
 // out = w * x / sqrt(mean(x^2) + eps), w an F32 vector; ends with a sync so every thread sees out.

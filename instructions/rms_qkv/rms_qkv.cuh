@@ -1,7 +1,6 @@
 // rms_qkv on the device: RMSNorm into scratch, a dot per row (one warp per row) written straight to
 // its destination (the q buffer or the KV cache at pos), then one pass over rotary pairs for bias,
-// QK-norm and RoPE, in place. Pairs never straddle heads, so with QK-norm one warp owns a head
-// (lane p its pairs p, p + 32, ...) and needs only a warp reduction.
+// QK-norm and RoPE, in place (finish).
 #pragma once
 #include "instructions/common/device_math.cuh"
 #include "instructions/rms_qkv/rms_qkv.hpp"
@@ -30,40 +29,54 @@ struct RmsQkvDevice {
         });
         team.sync();  // every dot is in place
 
+        finish(ctx, team, kind, a.row_begin, a.n_rows, hd, a.bias, a.qk_norm, 1, ctx.pos,
+               [&](uint32_t, uint32_t i) { return out(i); });
+    }
+
+    // Bias, QK-norm and RoPE over a block's outputs for n tokens, in place: out(j, i) is token j's output i (row
+    // row_begin + i), at position pos + j. Pairs never straddle heads, so with QK-norm one warp owns a (token, head)
+    // (lane p its pairs p, p + 32, ...) and needs only a warp reduction. rms_qkv_rows shares it.
+    template <class Out>
+    static __device__ void finish(const DeviceOpContext& ctx, const Team& team, QkvKind kind, uint32_t row_begin,
+                                  uint32_t n_rows, uint32_t hd, uint32_t bias_id, uint32_t norm_id, uint32_t n,
+                                  int32_t pos, Out&& out) {
         auto vector = [&](uint32_t w) {
             return w != kNoWeight ? reinterpret_cast<const float*>(ctx.weights[w].data) : nullptr;
         };
-        const float* bias = vector(a.bias);     // (rows of Q, K or V) f32, or none
-        const float* norm = vector(a.qk_norm);  // (head_dim) f32, or none
-        const uint32_t n_pairs = (a.n_rows + 1) / 2;
-        // Pair p: bias, then RoPE unless V; `scale` is the head's QK-norm factor (w applied here).
-        auto finish_pair = [&](uint32_t p, float scale) {
+        const float* bias = vector(bias_id);  // (rows of Q, K or V) f32, or none
+        const float* norm = vector(norm_id);  // (head_dim) f32, or none
+        const uint32_t n_pairs = (n_rows + 1) / 2;
+        // Pair p of token j: bias, then RoPE unless V; `scale` is the head's QK-norm factor (w applied here).
+        auto finish_pair = [&](uint32_t j, uint32_t p, float scale) {
             const uint32_t i = 2 * p;
-            const bool has_b = i + 1 < a.n_rows;  // rows come in pairs; never read past an odd block
-            float x0 = *out(i), x1 = has_b ? *out(i + 1) : 0.0f;
-            if (bias) x0 += bias[a.row_begin + i], x1 += has_b ? bias[a.row_begin + i + 1] : 0.0f;
+            const bool has_b = i + 1 < n_rows;  // rows come in pairs; never read past an odd block
+            float x0 = *out(j, i), x1 = has_b ? *out(j, i + 1) : 0.0f;
+            if (bias) x0 += bias[row_begin + i], x1 += has_b ? bias[row_begin + i + 1] : 0.0f;
             if (norm) {
-                const uint32_t e = (a.row_begin + i) % hd;
+                const uint32_t e = (row_begin + i) % hd;
                 x0 = norm[e] * (x0 * scale), x1 = norm[e + 1] * (x1 * scale);
             }
-            if (kind != QkvKind::v) dev::rope_pair(x0, x1, ctx.pos, ctx.rope_inv_freq[((a.row_begin + i) % hd) / 2]);
-            *out(i) = x0;
-            if (has_b) *out(i + 1) = x1;
+            if (kind != QkvKind::v)
+                dev::rope_pair(x0, x1, pos + int32_t(j), ctx.rope_inv_freq[((row_begin + i) % hd) / 2]);
+            *out(j, i) = x0;
+            if (has_b) *out(j, i + 1) = x1;
         };
         if (!norm) {
-            for (uint32_t p = team.rank; p < n_pairs; p += team.size) finish_pair(p, 1.0f);
+            for (uint32_t u = team.rank; u < n * n_pairs; u += team.size) finish_pair(u / n_pairs, u % n_pairs, 1.0f);
             return;
         }
         // QK-norm: blocks hold whole heads (hd / 2 pairs each); the warp's sum of squares, then the pairs.
-        for (uint32_t h = team.warp(); h < a.n_rows / hd; h += team.n_warps()) {
+        const uint32_t n_heads = n_rows / hd;
+        for (uint32_t u = team.warp(); u < n * n_heads; u += team.n_warps()) {
+            const uint32_t j = u / n_heads, h = u % n_heads;
             float sum_sq = 0.0f;
             for (uint32_t i = h * hd + team.lane(); i < (h + 1) * hd; i += 32) {
-                const float v = *out(i) + (bias ? bias[a.row_begin + i] : 0.0f);
+                const float v = *out(j, i) + (bias ? bias[row_begin + i] : 0.0f);
                 sum_sq += v * v;
             }
             sum_sq = dev::warp_sum(sum_sq);
             const float scale = float(1.0 / sqrt(double(sum_sq) / hd + ctx.dims.norm_eps));
-            for (uint32_t p = h * hd / 2 + team.lane(); p < (h + 1) * hd / 2; p += 32) finish_pair(p, scale);
+            for (uint32_t p = h * hd / 2 + team.lane(); p < (h + 1) * hd / 2; p += 32) finish_pair(j, p, scale);
         }
     }
 };

@@ -182,8 +182,14 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     uint32_t samples = 0;
     for (const auto& stream : s.schedule.streams)
         for (const Instruction& ins : stream) samples += op_info(ins.opcode).effects(ins).posts_token();
-    if (samples != tp)
-        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({})", samples, tp);
+    const uint32_t prefill = s.schedule.prefill_tokens;
+    if (samples != (prefill ? 0 : tp))  // a prefill step samples on the host, from its logits
+        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({}), none in a "
+             "prefill step", samples, tp);
+    // The prefill ops keep one fp32 per token in the team scratch (op_scratch_bytes, past the reduction floats).
+    if (prefill && prefill + 64 > op_scratch_bytes(s.schedule.dims) / 4)
+        fail("schedule: prefill chunks of {} tokens; the CUDA backends take at most {} (d_model + 960)", prefill,
+             op_scratch_bytes(s.schedule.dims) / 4 - 64);
 
     if (one_rank) {
         for (uint32_t sm = first_stream; sm < first_stream + n_streams; ++sm)

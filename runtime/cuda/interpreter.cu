@@ -171,7 +171,10 @@ struct Consumers {
     uint32_t taken = 0;          // instructions taken from the queue so far
     uint32_t staged_parity = 0;  // parity of each queue entry's next "staged" phase
 
-    __device__ bool run_step(uint32_t begin, uint32_t end, WaitGuard guard, uint32_t step, DeviceOpContext& ctx) {
+    // Forced inline: left a call once the prefill ops joined the switch, its DeviceOpContext& put the context in
+    // local memory (a 200-byte stack frame in ptxas -v); inlined, 233 registers and no stack.
+    __device__ __forceinline__ bool run_step(uint32_t begin, uint32_t end, WaitGuard guard, uint32_t step,
+                                             DeviceOpContext& ctx) {
         for (uint32_t i = begin; i < end; ++i) {
             const uint32_t q = taken++ % kQueueDepth;
             const StagedInstruction& e = sh.queue.entries[q];

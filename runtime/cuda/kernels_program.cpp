@@ -36,8 +36,8 @@ public:
           state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
         order_stages();
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
-        check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 2 * sizeof(int32_t)), "step state");
-        step_state_ = DeviceBuffer(2 * sizeof(int32_t), "step state");
+        check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 3 * sizeof(int32_t)), "step state");
+        step_state_ = DeviceBuffer(3 * sizeof(int32_t), "step state");  // {pos, token, n_tokens}
         scratch_bytes_ = uint32_t(op_scratch_bytes(state_->schedule.dims));
     }
     ~KernelsProgram() override {
@@ -61,7 +61,8 @@ public:
         state_->check_step(token, pos, next_pos_);
         host_step_[0] = pos;
         host_step_[1] = token;
-        check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+        host_step_[2] = 1;
+        check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 3 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                    "posting the step");
         if (options_.graph) {
             if (!graph_exec_) capture();

@@ -15,6 +15,7 @@ __global__ void __launch_bounds__(kBatchMaxThreads, 1)
     ctx.scratch = reinterpret_cast<float*>(scratch);
     ctx.pos = step_state[0];
     ctx.token = step_state[1];
+    ctx.n_tokens = step_state[2];
     const uint32_t b = blockIdx.x;
     const Team team{threadIdx.x, blockDim.x, 1};
     GlobalTiles block_tiles(tiles + tile_begin[b], tile_begin[b + 1] - tile_begin[b], weight_blob);

@@ -20,8 +20,8 @@ struct BatchLaunch {
     const uint32_t* tile_begin;       // device: count + 1 indices into tiles, for those records
     const DeviceTile* tiles;          // device
     const uint8_t* weight_blob;       // device: what DeviceTile::src_offset counts from
-    DeviceOpContext ctx;              // pos, token, scratch and scratch_floats are set by the launch
-    const int32_t* step_state;        // device: {pos, token} of the step (read at run time: graph replays)
+    DeviceOpContext ctx;              // pos, token, n_tokens, scratch and scratch_floats are set by the launch
+    const int32_t* step_state;        // device: {pos, token, n_tokens} of the step (read at run time: graph replays)
     uint32_t count;                   // instructions in the batch: one block each
     uint32_t threads;                 // per block: whole warps, at most kBatchMaxThreads
     uint32_t scratch_bytes;           // dynamic shared memory per block (at least 4 * (d_model + 1024))

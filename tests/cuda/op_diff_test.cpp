@@ -1,6 +1,7 @@
 // Each op's CUDA code against its CPU code, instruction by instruction (tag [cuda][ops]): the same
 // random activations and KV cache on both sides, the instruction's output regions poisoned with NaN
-// first, then every region it writes compared (relative error by weight type).
+// first, then every region it writes compared (relative error by weight type). Decode schedules, and prefill
+// schedules (chunks of 7 tokens, 5 of them run: a short last chunk) for the prefill ops.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -18,6 +19,8 @@
 #include "runtime/cpu/tile_readers.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/op_kernels.hpp"
+#include "scheduler/assign.hpp"
+#include "scheduler/compile.hpp"
 #include "tests/cuda/cuda_test_config.hpp"
 
 namespace mk {
@@ -28,8 +31,21 @@ struct HostMemory {
     std::vector<float> k_cache, v_cache;
 };
 
-// The bytes of one written region: arena bytes, or the KV-cache elements of its slots at `pos`.
-std::vector<float> region(const HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos) {
+// The KV-cache elements of a written access: its slots at positions pos .. pos + n_run - 1 (a decode step: 1).
+template <class Visit>
+void for_each_cache_element(const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos, uint32_t n_run,
+                            Visit&& visit) {
+    for (uint32_t k = 0; k < std::min(a.n_pos, n_run); ++k)
+        for (uint64_t slot = a.begin; slot < a.end; ++slot) {
+            const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
+            const uint64_t head = within / d.head_dim, dim = within % d.head_dim;
+            visit(((layer * d.n_kv_heads + head) * ctx_len + uint64_t(pos) + k) * d.head_dim + dim);
+        }
+}
+
+// The bytes of one written region: arena bytes, or the KV-cache elements the step writes.
+std::vector<float> region(const HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos,
+                          uint32_t n_run) {
     std::vector<float> out;
     if (a.space == Space::arena) {
         out.resize((a.end - a.begin) / 4);
@@ -37,26 +53,18 @@ std::vector<float> region(const HostMemory& m, const Access& a, const ModelDims&
         return out;
     }
     const std::vector<float>& cache = a.space == Space::k_cache ? m.k_cache : m.v_cache;
-    for (uint64_t slot = a.begin; slot < a.end; ++slot) {
-        const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
-        const uint64_t head = within / d.head_dim, dim = within % d.head_dim;
-        out.push_back(cache[((layer * d.n_kv_heads + head) * ctx_len + uint64_t(pos)) * d.head_dim + dim]);
-    }
+    for_each_cache_element(a, d, ctx_len, pos, n_run, [&](uint64_t i) { out.push_back(cache[i]); });
     return out;
 }
 
-void poison(HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos) {
+void poison(HostMemory& m, const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos, uint32_t n_run) {
     const float nan = std::nanf("");
     if (a.space == Space::arena) {
         for (uint64_t b = a.begin; b + 4 <= a.end; b += 4) std::memcpy(m.arena.data() + b, &nan, 4);
         return;
     }
     std::vector<float>& cache = a.space == Space::k_cache ? m.k_cache : m.v_cache;
-    for (uint64_t slot = a.begin; slot < a.end; ++slot) {
-        const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
-        const uint64_t head = within / d.head_dim, dim = within % d.head_dim;
-        cache[((layer * d.n_kv_heads + head) * ctx_len + uint64_t(pos)) * d.head_dim + dim] = nan;
-    }
+    for_each_cache_element(a, d, ctx_len, pos, n_run, [&](uint64_t i) { cache[i] = nan; });
 }
 
 double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
@@ -76,7 +84,9 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         const char* spec;
         double tol;
         uint32_t tp = 1;  // > 1: the --tp-loopback schedule, for transfer and reduce_add
+        bool prefill = false;  // the prefill schedule for chunks of kChunk tokens, kRun of them run
     };
+    constexpr uint32_t kChunk = 7, kRun = 5;
     std::set<uint16_t> covered;
     // The TP case's vocabulary splits 333/333/334, so its logits transfers take the 4-byte path.
     for (const Case& c : {Case{"synthetic:tiny-llama:f32:seed=31", 1e-5}, Case{"synthetic:tiny-qwen2:f32:seed=32", 1e-5},
@@ -85,7 +95,11 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                           Case{"synthetic:smollm2-135m:q8_0:layers=2:seed=35", 1e-2},
                           Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=36", 1e-2},
                           Case{"synthetic:tiny-llama:f32:layers=2:d_model=192:heads=12:kv_heads=6:head_dim=16:ff=384:"
-                               "vocab=1000:seed=37", 1e-5, 3}}) {
+                               "vocab=1000:seed=37", 1e-5, 3},
+                          Case{"synthetic:tiny-llama:f32:seed=41", 1e-5, 1, true},
+                          Case{"synthetic:tiny-qwen3:f32:seed=43", 1e-5, 1, true},
+                          Case{"synthetic:smollm2-135m:bf16:layers=2:seed=44", 1e-2, 1, true},
+                          Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=46", 1e-2, 1, true}}) {
         const auto path = std::filesystem::temp_directory_path() / (std::string("mk_ops_") + std::to_string(c.tol) +
                                                                       std::to_string(std::hash<std::string>{}(c.spec)) + ".gguf");
         write_synthetic_model(parse_synthetic_spec(c.spec), path);
@@ -94,7 +108,12 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         o.backend = test::cuda_backend("cuda");
         if (c.tp > 1) o.tp_loopback = c.tp;
         const uint32_t ctx_len = 64;
-        std::unique_ptr<DeviceState> state = upload_program_state(model, resolve_schedule(model, o), ctx_len);
+        Schedule schedule = resolve_schedule(model, o);
+        if (c.prefill)
+            schedule = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
+                                                kChunk, false);
+        const uint32_t n_run = c.prefill ? kRun : 1;
+        std::unique_ptr<DeviceState> state = upload_program_state(model, std::move(schedule), ctx_len);
         const Schedule& s = state->schedule;
         const ModelDims& d = s.dims;
         ModelWeights weights = bind_weights(model, s);
@@ -113,9 +132,14 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
             for (float& v : *cache) v = uniform(rng);
         }
         const int32_t pos = 37, token = 5;
-        DeviceBuffer step_state(8, "step state");
-        const int32_t host_step[2] = {pos, token};
-        step_state.upload(host_step, 8, "step state");
+        if (c.prefill)  // the chunk's tokens, as the host writes them
+            for (uint32_t j = 0; j < kChunk; ++j) {
+                const int32_t id = int32_t(3 + 11 * j);
+                std::memcpy(start.arena.data() + s.tokens_off + 4 * j, &id, 4);
+            }
+        DeviceBuffer step_state(12, "step state");
+        const int32_t host_step[3] = {pos, token, int32_t(n_run)};
+        step_state.upload(host_step, 12, "step state");
 
         std::map<uint16_t, int> tried;
         for (uint32_t sm = 0; sm < s.streams.size(); ++sm)
@@ -134,13 +158,14 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 }();
                 HostMemory cpu = start, gpu = start;
                 for (const Access& a : writes) {
-                    poison(cpu, a, d, ctx_len, pos);
-                    poison(gpu, a, d, ctx_len, pos);
+                    poison(cpu, a, d, ctx_len, pos, n_run);
+                    poison(gpu, a, d, ctx_len, pos, n_run);
                 }
                 // CPU.
                 StepState step;
                 step.pos = pos;
                 step.token = token;
+                step.n_tokens = int32_t(n_run);
                 DirectTileReader reader;
                 reader.begin(*p.plan, weights.refs.data());
                 OpContext ctx;
@@ -178,13 +203,13 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 check_cuda(cudaMemcpy(gpu.v_cache.data(), state->ranks[0].v_cache.as<void>(), 4 * cache_floats, cudaMemcpyDeviceToHost), "V");
                 for (const Access& a : writes) {
                     const double err =
-                        max_rel_error(region(gpu, a, d, ctx_len, pos), region(cpu, a, d, ctx_len, pos));
+                        max_rel_error(region(gpu, a, d, ctx_len, pos, n_run), region(cpu, a, d, ctx_len, pos, n_run));
                     INFO("region [" << a.begin << ", " << a.end << ") of space " << int(a.space));
                     CHECK(err <= c.tol);
                 }
             }
     }
-    size_t with_device_code = 0;  // the prefill ops (MK_HOST_OP) have none yet
+    size_t with_device_code = 0;  // an MK_HOST_OP has none
     for (uint16_t op = 0; op < uint16_t(Opcode::count); ++op) with_device_code += has_device_code(op);
     CHECK(covered.size() == with_device_code);
 }

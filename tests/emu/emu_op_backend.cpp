@@ -33,7 +33,7 @@ class EmuOpBackend final : public OpBackend {
 public:
     std::string name() const override { return "cuda-emu"; }
     bool accepts(const Instruction& ins, const OpBuffers& b) const override {
-        if (!has_device_code(ins.opcode)) return false;  // the prefill ops (MK_HOST_OP) run on the CPU only
+        if (!has_device_code(ins.opcode)) return false;  // an MK_HOST_OP runs on the CPU only
         for (size_t id = 0; id < b.formats.size(); ++id)
             if (!b.weights[id].empty() && !device_supports(DType(b.formats[id].dtype))) return false;
         return true;
@@ -78,7 +78,7 @@ public:
         const std::vector<RankMemory> ranks(b.n_ranks, RankMemory{arena.as<uint8_t>(), k_cache.as<float>(),
                                                                   v_cache.as<float>(), nullptr});
         const DeviceBuffer ranks_dev = upload(ranks, "rank table");
-        const DeviceBuffer step = upload(std::vector<int32_t>{b.step.pos, b.step.token}, "step state");
+        const DeviceBuffer step = upload(std::vector<int32_t>{b.step.pos, b.step.token, b.step.n_tokens}, "step state");
 
         BatchLaunch l{};
         l.instructions = ins_dev.as<Instruction>();

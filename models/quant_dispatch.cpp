@@ -233,7 +233,8 @@ void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t 
     const CpuKernels& k = active_kernels();
     const uint32_t s = quant::slot(dtype);
     quant::DotQ16TileFn f = s < quant::kDTypeSlots ? k.dot_q16_tile[s] : nullptr;
-    if (f && cols.q && !(cols.n & block_mask(dtype))) {
+    // Under 4 columns (the LM head's last token) the tile kernel's decode of the rows would cost more than the dots.
+    if (f && cols.q && cols.n_cols >= 4 && !(cols.n & block_mask(dtype))) {
         f(static_cast<const uint8_t*>(rows), n_rows, row_bytes, cols, out, static_cast<const uint8_t*>(next),
           next ? next_bytes : 0);
         return;

@@ -6,6 +6,7 @@
 
 #if defined(MK_CUDA_EMU)
 #include <mk_emu/device.hpp>
+#include <mk_emu/mma.hpp>
 #define MK_WHERE , ::mk_emu::Where where = ::mk_emu::Where::current()
 #define MK_WHERE_ONLY ::mk_emu::Where where = ::mk_emu::Where::current()
 #define MK_WHERE_ARG , where
@@ -39,6 +40,16 @@ __device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t 
     ::mk_emu::bulk_copy_global_to_shared(dst, src, bytes, bar, where);
 }
 __device__ inline void prefetch_l2(const void* src, uint32_t bytes MK_WHERE) { ::mk_emu::prefetch_l2(src, bytes, where); }
+// D = A * B + C for the warp: A 16 x 16 (row), B 16 x 8 (col), bf16 or f16 in, f32 accumulate; fragments as the
+// PTX ISA lays them out (mk_emu/mma.hpp spells the layout). The whole warp calls it.
+__device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                         const float (&c)[4] MK_WHERE) {
+    ::mk_emu::mma_m16n8k16(::mk_emu::MmaInput::bf16, d, a, b, c, where);
+}
+__device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                        const float (&c)[4] MK_WHERE) {
+    ::mk_emu::mma_m16n8k16(::mk_emu::MmaInput::f16, d, a, b, c, where);
+}
 
 #else
 
@@ -86,6 +97,23 @@ __device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t 
 }
 __device__ inline void prefetch_l2(const void* src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+// D = A * B + C for the warp (tensor cores, sm_80+): fragments as the PTX ISA lays them out (mk_emu/mma.hpp).
+__device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                         const float (&c)[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+__device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                        const float (&c)[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
 }
 
 #endif

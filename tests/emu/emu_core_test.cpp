@@ -8,11 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <cuda/atomic>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mk_emu/emulator.hpp>
 
@@ -38,24 +36,6 @@ T* device_array(size_t n) {
 }
 
 // ---- kernels ----
-
-// One warp's m16n8k16 MMA through the PTX seam: A (16 x 16, row major) and B (16 x 8, k by n) as 16-bit patterns,
-// C and D (16 x 8) fp32 row major; each lane places its fragments by the PTX ISA's formulas (g = lane / 4,
-// t = lane % 4), independently of the twin's gather.
-__global__ void mma_tile(const uint16_t* a, const uint16_t* b, const float* c, float* d, uint32_t f16) {
-    const uint32_t lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    auto pair = [](uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; };
-    auto a_at = [&](uint32_t row, uint32_t col) { return pair(a[row * 16 + col], a[row * 16 + col + 1]); };
-    auto b_at = [&](uint32_t k, uint32_t n) { return pair(b[k * 8 + n], b[(k + 1) * 8 + n]); };
-    const uint32_t fa[4] = {a_at(g, 2 * t), a_at(g + 8, 2 * t), a_at(g, 2 * t + 8), a_at(g + 8, 2 * t + 8)};
-    const uint32_t fb[2] = {b_at(2 * t, g), b_at(2 * t + 8, g)};
-    const uint32_t at[4] = {g * 8 + 2 * t, g * 8 + 2 * t + 1, (g + 8) * 8 + 2 * t, (g + 8) * 8 + 2 * t + 1};
-    const float fc[4] = {c[at[0]], c[at[1]], c[at[2]], c[at[3]]};
-    float fd[4];
-    if (f16) mk::ptx::mma_m16n8k16_f16(fd, fa, fb, fc);
-    else mk::ptx::mma_m16n8k16_bf16(fd, fa, fb, fc);
-    for (uint32_t i = 0; i < 4; ++i) d[at[i]] = fd[i];
-}
 
 // Sum of `in` per block: warp shuffles, then the warp sums through shared memory after __syncthreads.
 __global__ void block_sum(const float* in, float* out) {
@@ -230,67 +210,6 @@ TEST_CASE("emulator: ballot, any, all and the shuffle variants", "[emu]") {
         CHECK(got[128 + l] == (l / 8 * 8 + 7) * 10);
     }
     cudaFree(out);
-}
-
-TEST_CASE("emulator: mma.m16n8k16 (bf16, f16) places fragments as the PTX ISA does and equals a scalar matmul",
-          "[emu]") {
-    mk_emu::configure(small(9));
-    std::mt19937 rng(21);
-    std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-    for (const uint32_t f16 : {0u, 1u}) {
-        INFO((f16 ? "f16" : "bf16"));
-        // Random non-zero inputs exactly representable in the input type (bf16: a float's top 16 bits; f16: sign,
-        // exponent 2^-3..2^1, random mantissa), so the float64 reference multiplies the very values the MMA does.
-        auto input = [&]() -> uint16_t {
-            if (!f16) {
-                const float v = uniform(rng);
-                uint32_t bits;
-                std::memcpy(&bits, &v, 4);
-                return uint16_t(bits >> 16);
-            }
-            return uint16_t((rng() & 1u) << 15 | (12u + rng() % 5u) << 10 | (rng() & 0x3ffu));
-        };
-        auto value = [&](uint16_t bits) -> double {
-            if (f16) return __half2float(__ushort_as_half(bits));
-            const uint32_t word = uint32_t(bits) << 16;
-            float v;
-            std::memcpy(&v, &word, 4);
-            return v;
-        };
-        std::vector<uint16_t> a(16 * 16), b(16 * 8);
-        std::vector<float> c(16 * 8), d(16 * 8, 0.0f);
-        for (auto& x : a) x = input();
-        for (auto& x : b) x = input();
-        for (auto& x : c) x = uniform(rng);
-        uint16_t* a_dev = device_array<uint16_t>(a.size());
-        uint16_t* b_dev = device_array<uint16_t>(b.size());
-        float* c_dev = device_array<float>(c.size());
-        float* d_dev = device_array<float>(d.size());
-        REQUIRE(cudaMemcpy(a_dev, a.data(), 2 * a.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-        REQUIRE(cudaMemcpy(b_dev, b.data(), 2 * b.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-        REQUIRE(cudaMemcpy(c_dev, c.data(), 4 * c.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-        REQUIRE(run(mma_tile, dim3(1), dim3(32), 0, static_cast<const uint16_t*>(a_dev), static_cast<const uint16_t*>(b_dev),
-                    static_cast<const float*>(c_dev), d_dev, f16) == cudaSuccess);
-        REQUIRE(cudaMemcpy(d.data(), d_dev, 4 * d.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
-        // D = A B + C in float64; the MMA's fp32 sums of 16 exact products round within 1e-5 of the largest.
-        std::vector<double> want(16 * 8);
-        double scale = 0;
-        for (uint32_t m = 0; m < 16; ++m)
-            for (uint32_t n = 0; n < 8; ++n) {
-                double acc = c[m * 8 + n];
-                for (uint32_t k = 0; k < 16; ++k) acc += value(a[m * 16 + k]) * value(b[k * 8 + n]);
-                want[m * 8 + n] = acc;
-                scale = std::max(scale, std::fabs(acc));
-            }
-        REQUIRE(scale > 0);
-        for (uint32_t i = 0; i < 16 * 8; ++i) {
-            INFO("D[" << i / 8 << "][" << i % 8 << "] = " << d[i] << ", want " << want[i]);
-            CHECK(std::fabs(d[i] - want[i]) <= 1e-5 * scale);
-        }
-        for (void* p : {static_cast<void*>(a_dev), static_cast<void*>(b_dev), static_cast<void*>(c_dev),
-                        static_cast<void*>(d_dev)})
-            cudaFree(p);
-    }
 }
 
 TEST_CASE("emulator: a named barrier orders its warps, a count mismatch is reported", "[emu]") {

@@ -35,7 +35,7 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n);
 
 // ---- CPU dot kernels (quant_dispatch.cpp). The instruction set is chosen once, on first use: AVX-512 (AVX2's
-// kernels plus AVX-512BW prefill tile kernels) or AVX2 (with FMA and F16C) where the CPU has it, else portable
+// kernels plus AVX-512 VNNI prefill tile kernels) or AVX2 (with FMA and F16C) where the CPU has it, else portable
 // scalar. MK_CPU_ISA=scalar forces scalar, MK_CPU_ISA=avx2 or avx512 insists on that set (throws without it); unset
 // or "auto" picks the best.
 enum class CpuIsa : uint8_t { Scalar, Avx2, Avx512 };
@@ -80,25 +80,26 @@ void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t 
                       float* out, size_t out_stride);
 
 // A chunk's q16 columns (quantize_activations_q16's blocks, column c at xq + c * n / 32) for the prefill tile
-// kernels, made once per instruction: the blocks, and where the CPU has AVX-512 the same split for it, each
-// column's values contiguous and 64-byte aligned (a BlockQ16's values straddle cache lines) beside its blocks'
-// d and sum.
+// kernels, made once per instruction: the blocks, and where the CPU has AVX-512 VNNI the same values interleaved
+// by token: for each group of 16 columns (the last padded with zero columns), each block b and each pair k of its
+// values, 16 columns x (value 2k, value 2k + 1) in 64 bytes, so one vpdpwssd takes a weight pair (broadcast)
+// against 16 tokens and a block's 16 products sum in integers for all 16 tokens at once.
 struct Q16Columns {
     const BlockQ16* blocks = nullptr;
     int64_t n = 0;  // values per column
     uint32_t n_cols = 0;
-    const int16_t* q = nullptr;  // (n_cols, n), or null where no tile kernel reads it
-    const float* d = nullptr;    // (n_cols, n / 32)
-    const float* sum = nullptr;  // (n_cols, n / 32)
-    const float* d4 = nullptr;   // (n_cols / 4, n / 32, 4): d of each group of 4 columns, block by block
-    const float* sum4 = nullptr;  // (n_cols / 4, n / 32, 4): the same for sum
+    const int16_t* q = nullptr;  // (n_groups, n / 32, 16 pairs, 16 columns, 2), 64-byte aligned; null where no tile
+                                 // kernel reads it
+    const float* d = nullptr;    // (n_groups, n / 32, 16 columns): each block's d (0 for a padding column)
+    const float* sum = nullptr;  // the same for sum
+    uint32_t n_groups = 0;       // groups of 16 columns, even (a last odd group is followed by one of zeros)
     void split(const BlockQ16* xq, int64_t n_values, uint32_t columns);  // keeps the storage below
     std::vector<int16_t> q_storage;
-    std::vector<float> d_storage, sum_storage, d4_storage, sum4_storage;
+    std::vector<float> d_storage, sum_storage;
 };
 // A staged tile's rows against a chunk's columns: out[r * n_cols + c] = dot_row_q16(dtype, rows + r * row_bytes,
-// column c, n) up to float rounding, for r < n_rows, c < cols.n_cols. Columns go 4 at a time through all the
-// rows, so each group's values are read from memory once per tile (AVX-512: 4 rows x 4 columns in registers).
+// column c, n) up to float rounding, for r < n_rows, c < cols.n_cols (AVX-512 VNNI: 4 rows x 32 columns in
+// registers, each row pair of values broadcast against 16 columns).
 // `next` (next_bytes long, may be null) is the tile that comes after: the AVX-512 kernel prefetches it into L2
 // across its passes, so the next tile's decode does not wait on memory.
 void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,

@@ -1,9 +1,9 @@
-// The prefill tile kernel on AVX-512BW: a staged tile of Q8_0 / Q4_0 / Q4_1 weight rows against a chunk's q16
-// activation columns (Q16Columns' split values), 4 rows x 4 columns per pass with 16 zmm accumulators. The tile's
-// rows are decoded to aligned words once; a 32-value block is one zmm (pmaddwd: 32 i16 products summed in pairs,
-// exact), so each (row, column, block) costs pmaddwd + convert + FMA. The block's scale d_w * d_x comes from a
-// per-pass table (one multiply per 16 pairs), and Q4's offset term (m or -8 d, times the activation block's sum)
-// is accumulated for the pass's 16 pairs beside it.
+// The prefill tile kernel on AVX-512 VNNI: a staged tile of Q8_0 / Q4_0 / Q4_1 weight rows against a chunk's q16
+// activation columns, interleaved by token (Q16Columns), 4 rows x 32 columns per pass. The tile's rows are decoded
+// to aligned words once; a weight pair, broadcast, meets 16 tokens' pairs in one vpdpwssd, so a block's 32
+// products sum in integers for 16 tokens in 16 instructions, and only then are converted and scaled (d_w times
+// the 16 tokens' d, and Q4's offset m or -8 d times their block sums): ~1.2 instructions per 32 products, where a
+// block-per-zmm pmaddwd kernel spent 3 (pmaddwd, convert, FMA).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -21,7 +21,7 @@
 #endif
 #include <immintrin.h>
 
-#define MK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define MK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 namespace mk::quant {
 
@@ -69,112 +69,17 @@ struct TileQ4_1 {
     MK_AVX512 static float offset(const uint8_t* w) { return f16_scale(w + 2); }
 };
 
-// sum_b a[b] * b_[b] over n values (Q4's offset term).
-MK_AVX512 inline float dot_f32(const float* a, const float* b, int64_t n) {
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    float sum = _mm512_reduce_add_ps(acc);
-    for (; i < n; ++i) sum += a[i] * b[i];
-    return sum;
-}
+constexpr uint32_t kRows = 4;
 
-constexpr uint32_t kRows = 4, kCols = 4;
-
-// The tile's rows decoded once (64-byte aligned words, and per-block scales and offsets, each row contiguous) and a
-// pass's d_w * d_x table (n_blocks, kRows * kCols): the passes then read aligned words whatever the format (a Q4
-// block's unpacking per pass cost as much as its dots), and one base pointer serves a pass's 16 broadcasts.
+// The tile's rows decoded once: 64-byte aligned words (row r at words + r * n) and per-block scales and offsets.
 // Thread-local: one tile per thread at a time.
 struct Scratch {
     std::vector<int16_t> words;
-    // (groups of 4 rows, nb, 4): 4 rows' scales and offsets side by side per block
-    std::vector<float> row_scale, row_offset, row_scale4, row_offset4, pair_scale;
+    std::vector<float> row_scale, row_offset;  // (n_rows, nb)
 };
 
-// table[b * 16 + 4 i + j] = row_scale4[b][i] * col_scale4[b][j]: 4 rows' and 4 columns' scales side by side per
-// block (gathering them from row-major scales took a quarter of the kernel's time at K = 2048). With kOffset,
-// returns lane 4 i + j = sum_b row_offset4[b][i] * col_sum4[b][j], Q4's offset term for the 16 pairs (one dot per
-// pair over SmolLM2's 18 blocks took 6% of its prefill).
-template <bool kOffset>
-MK_AVX512 inline __m512 pair_scales(const float* row_scale4, const float* col_scale4, const float* row_offset4,
-                                    const float* col_sum4, int64_t nb, float* table) {
-    const __m512i row_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 offset = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m512 rows = _mm512_permutexvar_ps(row_lane, _mm512_broadcast_f32x4(_mm_loadu_ps(row_scale4 + b * 4)));
-        _mm512_storeu_ps(table + b * 16, _mm512_mul_ps(rows, _mm512_broadcast_f32x4(_mm_loadu_ps(col_scale4 + b * 4))));
-        if constexpr (kOffset) {
-            const __m512 offsets = _mm512_permutexvar_ps(row_lane, _mm512_broadcast_f32x4(_mm_loadu_ps(row_offset4 + b * 4)));
-            offset = _mm512_fmadd_ps(offsets, _mm512_broadcast_f32x4(_mm_loadu_ps(col_sum4 + b * 4)), offset);
-        }
-    }
-    return offset;
-}
-
-// The sums of 16 vectors (a[4 i + j]) in one: lane 4 j + i holds sum(a[4 i + j]). A tree of shuffles and adds
-// (~45 instructions instead of 16 reductions of ~8): a pass over a short row (SmolLM2's K = 576 is 18 blocks) paid
-// a fifth of its time in them.
-MK_AVX512 inline __m512 sum16(const __m512* a) {
-    __m512 h[8], q[4], e[2];
-    for (int k = 0; k < 8; ++k)  // [x0+x2, x1+x3, y0+y2, y1+y3] in 128-bit lanes, x = a[2k], y = a[2k + 1]
-        h[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xee));
-    for (int k = 0; k < 4; ++k)  // lane l of 4: a[4k + l]'s four partial sums
-        q[k] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * k], h[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(h[2 * k], h[2 * k + 1], 0xdd));
-    for (int k = 0; k < 2; ++k)  // lane l: [a[8k + l] (2 partials), a[8k + 4 + l] (2 partials)] interleaved
-        e[k] = _mm512_add_ps(_mm512_unpacklo_ps(q[2 * k], q[2 * k + 1]), _mm512_unpackhi_ps(q[2 * k], q[2 * k + 1]));
-    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]));
-    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(e[0]), _mm512_castps_pd(e[1]));
-    return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // lane 4 l + m: a[4 m + l]
-}
-
-MK_AVX512 inline __m512 block_dot(__m512i w, __m512i x) { return _mm512_cvtepi32_ps(_mm512_madd_epi16(w, x)); }
-
-// acc[4 i + j] += convert(w_i . x_j) * s[b][4 i + j] for row i of the pass, i < R.
-#define MK_ROW_STEP(i)                                                                                        \
-    if constexpr (R > i) {                                                                                    \
-        const __m512i w = _mm512_load_si512(w##i + b * 32);                                                   \
-        acc[4 * i + 0] = _mm512_fmadd_ps(block_dot(w, x0), _mm512_set1_ps(s[b * 16 + 4 * i + 0]), acc[4 * i + 0]); \
-        acc[4 * i + 1] = _mm512_fmadd_ps(block_dot(w, x1), _mm512_set1_ps(s[b * 16 + 4 * i + 1]), acc[4 * i + 1]); \
-        acc[4 * i + 2] = _mm512_fmadd_ps(block_dot(w, x2), _mm512_set1_ps(s[b * 16 + 4 * i + 2]), acc[4 * i + 2]); \
-        acc[4 * i + 3] = _mm512_fmadd_ps(block_dot(w, x3), _mm512_set1_ps(s[b * 16 + 4 * i + 3]), acc[4 * i + 3]); \
-    }
-
-// Rows at w (R of them, n words apart) against the 4 columns at q (n words apart): out[4 j + i] = row i . column j
-// (a row past R reads row R - 1 and its result is ignored). Each block of a column is loaded once for the R rows.
-template <uint32_t R>
-MK_AVX512 void pass(const int16_t* w, const int16_t* q, int64_t n, const float* s, float* out) {
-    const int64_t nb = n / 32;
-    const int16_t *w0 = w, *w1 = w + std::min<int64_t>(1, R - 1) * n, *w2 = w + std::min<int64_t>(2, R - 1) * n;
-    const int16_t* w3 = w + std::min<int64_t>(3, R - 1) * n;
-    __m512 acc[16];
-    for (__m512& a : acc) a = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m512i x0 = _mm512_load_si512(q + b * 32), x1 = _mm512_load_si512(q + n + b * 32);
-        const __m512i x2 = _mm512_load_si512(q + 2 * n + b * 32), x3 = _mm512_load_si512(q + 3 * n + b * 32);
-        MK_ROW_STEP(0)
-        MK_ROW_STEP(1)
-        MK_ROW_STEP(2)
-        MK_ROW_STEP(3)
-    }
-    (void)w1, (void)w2, (void)w3;
-    _mm512_storeu_ps(out, sum16(acc));
-}
-#undef MK_ROW_STEP
-
-// One row against one column (the columns past the last group of 4).
-MK_AVX512 float single(const int16_t* w, const int16_t* q, int64_t nb, const float* row_scale, const float* col_scale) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b)
-        acc = _mm512_fmadd_ps(block_dot(_mm512_load_si512(w + b * 32), _mm512_load_si512(q + b * 32)),
-                              _mm512_set1_ps(row_scale[b] * col_scale[b]), acc);
-    return _mm512_reduce_add_ps(acc);
-}
-
-// The tile's rows as words (row r at words + r * n), their scales and offsets.
 template <typename W>
-MK_AVX512 int16_t* decode_rows(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, int64_t n, Scratch& t) {
+MK_AVX512 const int16_t* decode_rows(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, int64_t n, Scratch& t) {
     const int64_t nb = n / 32;
     t.words.resize(size_t(n_rows * n) + 32);  // + 32: room to align the start to 64 bytes
     t.row_scale.resize(size_t(n_rows * nb));
@@ -187,22 +92,54 @@ MK_AVX512 int16_t* decode_rows(const uint8_t* rows, uint32_t n_rows, uint64_t ro
             t.row_scale[r * nb + b] = W::scale(w);
             if constexpr (W::kOffset) t.row_offset[r * nb + b] = W::offset(w);
         }
-    // Groups of 4 rows; the last group repeats its last row (a pass ignores those results).
-    const uint32_t n_groups = (n_rows + kRows - 1) / kRows;
-    t.row_scale4.resize(size_t(n_groups * nb * kRows));
-    t.row_offset4.resize(size_t(n_groups * nb * kRows));
-    for (uint32_t g = 0; g < n_groups; ++g)
-        for (int64_t b = 0; b < nb; ++b)
-            for (uint32_t i = 0; i < kRows; ++i) {
-                const size_t from = std::min(g * kRows + i, n_rows - 1) * nb + b;
-                t.row_scale4[(g * nb + b) * kRows + i] = t.row_scale[from];
-                if constexpr (W::kOffset) t.row_offset4[(g * nb + b) * kRows + i] = t.row_offset[from];
-            }
     return words;
 }
 
-// out[r * n_cols + c] = row r . column c. Columns go 4 at a time through every row of the tile, so their values
-// (4 x 64 bytes per block) are read from memory once per tile while the tile's rows stream past.
+MK_AVX512 inline __m512i pair_at(const int16_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// Rows w[0..4) (a row past the tile repeats the last; its results are dropped) against two groups of 16 columns
+// (q0/d0/s0 and q1/d1/s1, Q16Columns' layout at one group each): acc[2 i + g] lane t = row i . column t of group g.
+// Per block, each row's 16 value pairs are broadcast and vpdpwssd'd into 8 integer accumulators (8 independent
+// chains for its 5-cycle latency), then converted and scaled once: d_w (broadcast) x the 16 columns' d.
+template <bool kOffset>
+MK_AVX512 void rows_x32(const int16_t* const* w, const float* const* row_scale, const float* const* row_offset,
+                        const int16_t* q0, const int16_t* q1, const float* d0, const float* d1, const float* s0,
+                        const float* s1, int64_t nb, __m512* acc) {
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i sum[8];
+        for (int i = 0; i < 8; ++i) sum[i] = _mm512_setzero_si512();
+        const int16_t *x0 = q0 + b * 512, *x1 = q1 + b * 512;
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) {
+            const __m512i a = _mm512_load_si512(x0 + 32 * p), c = _mm512_load_si512(x1 + 32 * p);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const __m512i wp = pair_at(w[i] + b * 32 + 2 * p);
+                sum[2 * i] = _mm512_dpwssd_epi32(sum[2 * i], a, wp);
+                sum[2 * i + 1] = _mm512_dpwssd_epi32(sum[2 * i + 1], c, wp);
+            }
+        }
+        const __m512 dx0 = _mm512_loadu_ps(d0 + b * 16), dx1 = _mm512_loadu_ps(d1 + b * 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            const __m512 dw = _mm512_set1_ps(row_scale[i][b]);
+            acc[2 * i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[2 * i]), _mm512_mul_ps(dw, dx0), acc[2 * i]);
+            acc[2 * i + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[2 * i + 1]), _mm512_mul_ps(dw, dx1), acc[2 * i + 1]);
+            if constexpr (kOffset) {
+                const __m512 off = _mm512_set1_ps(row_offset[i][b]);
+                acc[2 * i] = _mm512_fmadd_ps(off, _mm512_loadu_ps(s0 + b * 16), acc[2 * i]);
+                acc[2 * i + 1] = _mm512_fmadd_ps(off, _mm512_loadu_ps(s1 + b * 16), acc[2 * i + 1]);
+            }
+        }
+    }
+}
+
+// out[r * n_cols + c] = row r . column c: 4 rows x 32 columns at a time, the columns' values read once per 4 rows.
 template <typename W>
 MK_AVX512 void dot_tile(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols, float* out,
                         const uint8_t* next, uint64_t next_bytes) {
@@ -210,42 +147,35 @@ MK_AVX512 void dot_tile(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes
     const uint32_t n_cols = cols.n_cols;
     thread_local Scratch t;
     const int16_t* words = decode_rows<W>(rows, n_rows, row_bytes, n, t);
-    t.pair_scale.resize(size_t(kRows * kCols * nb));
-    auto finish = [&](uint32_t r, uint32_t c, float dot) {  // a column past the last group of 4
-        if constexpr (W::kOffset) dot += dot_f32(&t.row_offset[r * nb], cols.sum + c * nb, nb);
-        out[r * n_cols + c] = dot;
-    };
     // The next tile's cache lines, spread over the passes (prefetched to L2 while the passes compute).
-    const uint64_t n_passes = uint64_t(n_cols / kCols) * ((n_rows + kRows - 1) / kRows);
+    const uint64_t n_passes = uint64_t(cols.n_groups / 2) * ((n_rows + kRows - 1) / kRows);
     const uint64_t lines = (next_bytes + 63) / 64, lines_per_pass = n_passes ? (lines + n_passes - 1) / n_passes : 0;
     uint64_t line = 0;
-    uint32_t c = 0;
-    for (; c + kCols <= n_cols; c += kCols) {
+    for (uint32_t g = 0; g < cols.n_groups; g += 2) {
+        const int16_t *q0 = cols.q + g * nb * 512, *q1 = q0 + nb * 512;
+        const float *d0 = cols.d + g * nb * 16, *d1 = d0 + nb * 16;
+        const float *s0 = cols.sum + g * nb * 16, *s1 = s0 + nb * 16;
         for (uint32_t r = 0; r < n_rows; r += kRows) {
             for (uint64_t k = 0; k < lines_per_pass && line < lines; ++k, ++line)
                 _mm_prefetch(reinterpret_cast<const char*>(next + line * 64), _MM_HINT_T1);
             const uint32_t n_r = std::min(kRows, n_rows - r);
-            const size_t row_group = r / kRows * nb * kRows, col_group = c / kCols * nb * kCols;
-            alignas(64) float offsets[kRows * kCols];  // offsets[4 i + j]: row r + i, column c + j
-            _mm512_store_ps(offsets, pair_scales<W::kOffset>(&t.row_scale4[row_group], cols.d4 + col_group,
-                                                              &t.row_offset4[row_group], cols.sum4 + col_group, nb,
-                                                              t.pair_scale.data()));
-            alignas(64) float dots[kRows * kCols];  // dots[4 j + i]: row r + i, column c + j
-            const int16_t *w = words + r * n, *q = cols.q + c * n;
-            switch (n_r) {
-                case 4: pass<4>(w, q, n, t.pair_scale.data(), dots); break;
-                case 3: pass<3>(w, q, n, t.pair_scale.data(), dots); break;
-                case 2: pass<2>(w, q, n, t.pair_scale.data(), dots); break;
-                default: pass<1>(w, q, n, t.pair_scale.data(), dots); break;
+            const int16_t* w[kRows];
+            const float *rs[kRows], *ro[kRows];
+            for (uint32_t i = 0; i < kRows; ++i) {
+                const uint32_t row = r + std::min(i, n_r - 1);
+                w[i] = words + row * n, rs[i] = &t.row_scale[row * nb], ro[i] = &t.row_offset[row * nb];
             }
+            __m512 acc[2 * kRows];
+            rows_x32<W::kOffset>(w, rs, ro, q0, q1, d0, d1, s0, s1, nb, acc);
             for (uint32_t i = 0; i < n_r; ++i)
-                for (uint32_t j = 0; j < kCols; ++j)
-                    out[(r + i) * n_cols + c + j] = dots[j * kRows + i] + offsets[i * kCols + j];
+                for (uint32_t h = 0; h < 2; ++h) {
+                    const uint32_t c = (g + h) * 16;
+                    if (c >= n_cols) continue;
+                    const __mmask16 valid = n_cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n_cols - c)) - 1);
+                    _mm512_mask_storeu_ps(out + (r + i) * n_cols + c, valid, acc[2 * i + h]);
+                }
         }
     }
-    for (; c < n_cols; ++c)
-        for (uint32_t r = 0; r < n_rows; ++r)
-            finish(r, c, single(words + r * n, cols.q + c * n, nb, &t.row_scale[r * nb], cols.d + c * nb));
 }
 
 }  // namespace

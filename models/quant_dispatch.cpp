@@ -40,11 +40,11 @@ bool cpu_supports_avx2() {
 #endif
 }
 
-// AVX-512BW with its VL forms (libgcc's checks include the OS saving ZMM state).
+// AVX-512 F/BW/VL and VNNI (libgcc's checks include the OS saving ZMM state).
 bool cpu_supports_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #else
     return false;
 #endif
@@ -75,7 +75,7 @@ Tables build_tables() {
         if (!t.has_avx2) fail("MK_CPU_ISA=avx2, but this CPU lacks AVX2, FMA or F16C");
         t.active = CpuIsa::Avx2;
     } else if (want == "avx512") {
-        if (!t.has_avx512) fail("MK_CPU_ISA=avx512, but this CPU lacks AVX2, FMA, F16C or AVX-512 F/BW/VL");
+        if (!t.has_avx512) fail("MK_CPU_ISA=avx512, but this CPU lacks AVX2, FMA, F16C or AVX-512 F/BW/VL/VNNI");
         t.active = CpuIsa::Avx512;
     } else if (want == "auto" || want.empty()) {
         t.active = t.has_avx512 ? CpuIsa::Avx512 : t.has_avx2 ? CpuIsa::Avx2 : CpuIsa::Scalar;
@@ -203,29 +203,27 @@ void dot_row_q16_cols(DType dtype, const void* row, const BlockQ16* xq, int64_t 
 void Q16Columns::split(const BlockQ16* xq, int64_t n_values, uint32_t columns) {
     check_activations(n_values, "Q16Columns");
     blocks = xq, n = n_values, n_cols = columns;
-    q = nullptr, d = nullptr, sum = nullptr, d4 = nullptr, sum4 = nullptr;
+    q = nullptr, d = nullptr, sum = nullptr, n_groups = 0;
     const CpuKernels& k = active_kernels();
     bool tile = false;
     for (quant::DotQ16TileFn f : k.dot_q16_tile) tile = tile || f;
     if (!tile) return;
     const int64_t per = n_values / 32;
-    q_storage.resize(size_t(columns * n_values) + 32);  // + 32: room to align the start to 64 bytes
-    d_storage.resize(size_t(columns * per));
-    sum_storage.resize(size_t(columns * per));
+    n_groups = (columns + 31) / 32 * 2;
+    q_storage.assign(size_t(n_groups * per * 512) + 32, 0);  // + 32: room to align the start to 64 bytes
+    d_storage.assign(size_t(n_groups * per * 16), 0.0f);
+    sum_storage.assign(d_storage.size(), 0.0f);
     int16_t* values = q_storage.data() + (64 - reinterpret_cast<uintptr_t>(q_storage.data()) % 64) % 64 / 2;
-    for (int64_t b = 0; b < columns * per; ++b) {
-        std::memcpy(values + b * 32, xq[b].q, sizeof(xq[b].q));
-        d_storage[size_t(b)] = xq[b].d;
-        sum_storage[size_t(b)] = xq[b].sum;
-    }
-    d4_storage.resize(size_t(columns / 4 * per * 4));
-    sum4_storage.resize(d4_storage.size());
-    for (uint32_t c = 0; c < columns / 4 * 4; ++c)
+    for (uint32_t c = 0; c < columns; ++c)
         for (int64_t b = 0; b < per; ++b) {
-            d4_storage[size_t((c / 4 * per + b) * 4 + c % 4)] = d_storage[size_t(c * per + b)];
-            sum4_storage[size_t((c / 4 * per + b) * 4 + c % 4)] = sum_storage[size_t(c * per + b)];
+            const BlockQ16& x = xq[c * per + b];
+            const int64_t group_block = c / 16 * per + b;
+            int16_t* pairs = values + group_block * 512 + c % 16 * 2;  // pair p of this column at pairs + 32 p
+            for (int p = 0; p < 16; ++p) pairs[32 * p] = x.q[2 * p], pairs[32 * p + 1] = x.q[2 * p + 1];
+            d_storage[size_t(group_block * 16 + c % 16)] = x.d;
+            sum_storage[size_t(group_block * 16 + c % 16)] = x.sum;
         }
-    q = values, d = d_storage.data(), sum = sum_storage.data(), d4 = d4_storage.data(), sum4 = sum4_storage.data();
+    q = values, d = d_storage.data(), sum = sum_storage.data();
 }
 
 void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,

@@ -504,8 +504,9 @@ TEST_CASE("quant: a row against several columns equals one dot per column", "[cp
 }
 
 TEST_CASE("quant: a tile of rows against a chunk's columns equals one dot per pair", "[cpu]") {
-    // dot_rows_q16_cols (the prefill tile kernel; on AVX-512 4 rows x 4 columns per pass, a d_w * d_x table and
-    // Q4's offset as a separate dot): 1..9 rows and columns cover the full passes and both remainders.
+    // dot_rows_q16_cols (the prefill tile kernel; on AVX-512 VNNI 4 rows x 32 columns per pass, columns in groups
+    // of 16 padded with zeros, Q4's offset per block): 1..9 rows cover full passes and short ones; 1..9, 16, 17, 31,
+    // 32, 33 and 47 columns cover the column-kernel fallback (under 4), one and two groups, and padded ones.
     const int64_t n = 256;
     for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
         const uint64_t row_bytes = mk::row_bytes(dtype, n);
@@ -514,13 +515,14 @@ TEST_CASE("quant: a tile of rows against a chunk's columns equals one dot per pa
             const std::vector<float> w = random_values(size_t(n), -1.0f, 1.0f, 200 + r);
             mk::quantize_row(dtype, w.data(), rows.data() + r * row_bytes, n);
         }
-        std::vector<mk::BlockQ16> xq(size_t(n / 32 * 9));
-        for (uint32_t c = 0; c < 9; ++c) {
+        const uint32_t max_cols = 47;
+        std::vector<mk::BlockQ16> xq(size_t(n / 32 * max_cols));
+        for (uint32_t c = 0; c < max_cols; ++c) {
             const std::vector<float> x = random_values(size_t(n), -2.0f, 2.0f, 300 + c);
             mk::quantize_activations_q16(x.data(), n, xq.data() + c * (n / 32));
         }
         for (uint32_t n_rows = 1; n_rows <= 9; ++n_rows)
-            for (uint32_t n_cols = 1; n_cols <= 9; ++n_cols) {
+            for (uint32_t n_cols : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 16u, 17u, 31u, 32u, 33u, max_cols}) {
                 mk::Q16Columns cols;
                 cols.split(xq.data(), n, n_cols);
                 std::vector<float> out(size_t(n_rows) * n_cols + 1, -7.0f);

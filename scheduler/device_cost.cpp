@@ -114,11 +114,13 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
                             s.weights[plan.tiles[0].weight].cols <= c.matvec_input_smem_cols;
         const bool smem_input = name != "matvec_add" || staged;
         if (name != "matvec_add")  // RMSNorm: a pass over x from L2 and a team sum (3 barriers)
-            t.consume_ns += m.l2_load_ns + 3 * m.barrier_ns;
+            t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         else if (staged)  // staging the input: one pass from L2 and a barrier
-            t.consume_ns += m.l2_load_ns + m.barrier_ns;
-        t.consume_ns += row_dots_ns(s, plan, smem_input, m);
+            t.prologue_ns = m.l2_load_ns + m.barrier_ns;
+        t.consume_ns = t.prologue_ns + row_dots_ns(s, plan, smem_input, m);
         t.load_ns = double(cost.weight_bytes) / fill_bytes_per_ns;
+        for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
+        t.pages = std::min<uint32_t>(plan.n_pages, uint32_t(plan.tiles.size()));
     } else if (name == "attn_partial") {
         const auto a = decode_args<AttnPartialArgs>(ins);
         int32_t begin = 0, end = 0;
@@ -147,8 +149,6 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m) {
     const KernelStructure& c = m.code;
     double ns = c.token_system_fences * m.system_fence_ns + c.token_pcie_reads * m.pcie_read_ns;
     ns += t.hop_ns;  // every SM's gate sees steps_done
-    if (!c.stream_across_steps)  // the loader starts the step's first page only after the gate
-        ns += m.dram_load_ns + double(t.page_bytes) / (t.bandwidth_gbs / t.n_sms);
     return ns;
 }
 

@@ -36,11 +36,13 @@ struct KernelStructure {
     uint32_t attn_trip_shuffles = 42;      // dependent shuffles per trip (before: 5, the score's warp sum)
     bool attn_kv_prefetched = true;        // the loader prefetches the chunk's K/V rows into L2 an instruction ahead,
                                            // so a trip's load rounds hit L2 (before: DRAM, the weights evict them)
-    double wait_backoff_max_ns = 1024;  // a waiter's __nanosleep grows to this: polls land late by up to it
+    double wait_backoff_max_ns = 256;   // a waiter's __nanosleep grows to this: polls land late by up to it (was 1024)
     uint32_t token_system_fences = 0;   // post_token: system-scope fences on the critical path (before: 3; the gate's
                                         // release now precedes the host's copy)
     uint32_t token_pcie_reads = 1;      // post_token: reads of host memory (the cancel flag)
     bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
+    uint32_t queue_depth = 8;           // instructions the loader may stage ahead of the consumers (0: no bound;
+                                        // before the shared-memory queue only the pages bounded it)
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -69,15 +71,20 @@ DeviceModel device_model_h200();
 struct DeviceTime {
     double overhead_ns = 0;  // decode, waits' dependent loads, barriers, signal fences: serial on the consumers
     double consume_ns = 0;   // the consumers' work: row dots per tile, attention trips, other ops' bytes
+    double prologue_ns = 0;  // the part of consume_ns before the first tile (an RMSNorm pass, staging the input)
     double load_ns = 0;      // the loader filling its pages at the SM's share of bandwidth (overlaps the rest)
+    std::vector<uint64_t> tile_bytes;  // the page plan's tiles, in load order (empty: no weight pages)
+    uint32_t pages = 0;                // pages the instruction holds (tile t in slot t % pages)
+    // Alone, with empty pages at its start: the loads overlap the consumers' path. The simulator instead runs
+    // each SM's loader ahead across instructions (simulate.cpp), as the kernel does.
     double total_ns() const { return (load_ns > overhead_ns + consume_ns ? load_ns : overhead_ns + consume_ns); }
 };
 
 DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, uint32_t position,
                                    const DeviceModel& m);
 
-// Between two steps: the token hand-off (post_token), the gate's hop and, without streaming across
-// steps, the first page's fill on every SM.
+// Between two steps: the token hand-off (post_token) and the gate's hop. (The first pages' fill after the
+// gate is in the simulated step: its loaders start at the gate unless the code streams across steps.)
 double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 
 // How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).

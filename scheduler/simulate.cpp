@@ -3,6 +3,7 @@
 #include "scheduler/simulate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <queue>
 
@@ -31,6 +32,50 @@ Cost cost_at(const Schedule& s, const Instruction& ins, uint32_t position) {
     return cost;
 }
 
+// An SM's loader under the device cost model: it issues the stream's tiles in order at the SM's share of
+// the bandwidth as soon as a page is free (and the instruction queue has room), never waiting on counters,
+// so weights stream in while the consumers wait or run attention. A tile's page is free again once the
+// consumers are done with it.
+struct SmLoader {
+    double free_ns = 0;              // the SM's share of bandwidth is free from here
+    std::vector<double> page_free;   // per page: when the consumers released its last tile
+    std::vector<double> ends;        // when each instruction of the stream ended (the queue's bound)
+
+    SmLoader(uint32_t n_pages, bool filled_before_step)
+        : free_ns(filled_before_step ? -INFINITY : 0.0), page_free(n_pages, filled_before_step ? -INFINITY : 0.0) {}
+
+    // The consumers start at `start`; returns when the instruction ends. Its tiles go to the `pages`
+    // earliest-freed pages (the ring hands an instruction the pages freed first), tile t to t % pages.
+    double run(const DeviceTime& p, const DeviceModel& m, double fill_bytes_per_ns, double start) {
+        double consumer = start + p.overhead_ns + p.prologue_ns;
+        if (p.tile_bytes.empty() || p.pages == 0) {
+            consumer += p.consume_ns - p.prologue_ns;
+        } else {
+            std::vector<uint32_t> order(page_free.size());
+            for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+            const uint32_t pages = std::min<uint32_t>(p.pages, uint32_t(order.size()));
+            std::partial_sort(order.begin(), order.begin() + pages, order.end(),
+                              [&](uint32_t a, uint32_t b) { return page_free[a] < page_free[b]; });
+            const size_t i = ends.size();
+            const uint32_t depth = m.code.queue_depth;
+            const double queue_ns = depth && i >= depth ? ends[i - depth] : -INFINITY;
+            uint64_t total = 0;
+            for (uint64_t b : p.tile_bytes) total += b;
+            const double consume_per_byte = total ? (p.consume_ns - p.prologue_ns) / double(total) : 0.0;
+            for (size_t t = 0; t < p.tile_bytes.size(); ++t) {
+                const uint32_t page = order[t % pages];
+                const double issue = std::max({free_ns, page_free[page], queue_ns});
+                free_ns = issue + double(p.tile_bytes[t]) / fill_bytes_per_ns;
+                const double landed = free_ns + m.dram_load_ns;
+                consumer = std::max(consumer, landed) + double(p.tile_bytes[t]) * consume_per_byte;
+                page_free[page] = consumer;
+            }
+        }
+        ends.push_back(consumer);
+        return consumer;
+    }
+};
+
 struct SignalLog {
     uint64_t value_after;
     double time_ns;
@@ -54,6 +99,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
     std::vector<Cost> cost(offset[n_sms]);
     std::vector<double> duration(offset[n_sms]);
     std::vector<DeviceTime> parts(options.device ? offset[n_sms] : 0);
+    std::vector<bool> free_exchange(offset[n_sms], false);
     for (uint32_t sm = 0; sm < n_sms; ++sm) {
         sim.timeline[sm].resize(s.streams[sm].size());
         for (uint32_t i = 0; i < s.streams[sm].size(); ++i) {
@@ -68,6 +114,7 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
                          s.counters.size());
             cost[offset[sm] + i] = cost_at(s, ins, options.position);
             const bool free = options.free_exchange && op_info(ins.opcode).effects(ins).writes_peer();
+            free_exchange[offset[sm] + i] = free;
             if (options.device) parts[offset[sm] + i] = device_instruction_time(s, ins, options.position, *options.device);
             duration[offset[sm] + i] = free                ? 0.0
                                        : options.device ? parts[offset[sm] + i].total_ns()
@@ -83,6 +130,10 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
     std::priority_queue<End, std::vector<End>, std::greater<End>> ends;
     std::vector<uint32_t> pc(n_sms, 0);
     std::vector<double> free_ns(n_sms, 0.0);
+    std::vector<SmLoader> loaders;
+    if (options.device)
+        loaders.assign(n_sms, SmLoader(s.target.n_pages, options.device->code.stream_across_steps));
+    const double fill_bytes_per_ns = s.target.bandwidth_gbs / s.target.n_sms;
 
     // Starts sm's next instruction if its waits are met (else parks it on the first unmet counter).
     auto try_start = [&](uint32_t sm) {
@@ -111,7 +162,10 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
         else if (options.device)  // the waiter's back-off: its poll lands after the counter is met
             ev.ready_ns += device_poll_overshoot_ns(ev.ready_ns - free_ns[sm], *options.device);
         ev.start_ns = std::max(free_ns[sm], ev.ready_ns);
-        ev.end_ns = ev.start_ns + duration[offset[sm] + pc[sm]];
+        const uint32_t k = offset[sm] + pc[sm];
+        if (!options.device) ev.end_ns = ev.start_ns + duration[k];
+        else if (free_exchange[k]) loaders[sm].ends.push_back(ev.end_ns = ev.start_ns);
+        else ev.end_ns = loaders[sm].run(parts[k], *options.device, fill_bytes_per_ns, ev.start_ns);
         ends.push({ev.end_ns, sm});
     };
 

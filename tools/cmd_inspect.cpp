@@ -43,6 +43,26 @@ void print_ranks(const Schedule& s, const ExchangeSummary& x) {
                x.in_flight_ns() / 1e3);
 }
 
+// Waits whose counter only instructions earlier in the waiter's own stream signal: program order and the team
+// barrier already order them, so a shared-memory flag (or nothing) could replace the global counter.
+size_t same_sm_waits(const Schedule& s, size_t& waits) {
+    std::vector<std::vector<std::pair<size_t, size_t>>> signallers(s.counters.size());  // (sm, index)
+    for (size_t sm = 0; sm < s.streams.size(); ++sm)
+        for (size_t i = 0; i < s.streams[sm].size(); ++i)
+            for (uint32_t k = 0; k < s.streams[sm][i].n_signals; ++k)
+                signallers[s.streams[sm][i].signals[k].counter].push_back({sm, i});
+    size_t local = 0;
+    waits = 0;
+    for (size_t sm = 0; sm < s.streams.size(); ++sm)
+        for (size_t i = 0; i < s.streams[sm].size(); ++i)
+            for (uint32_t w = 0; w < s.streams[sm][i].n_waits; ++w) {
+                ++waits;
+                const auto& from = signallers[s.streams[sm][i].waits[w].counter];
+                local += std::all_of(from.begin(), from.end(), [&](auto p) { return p.first == sm && p.second < i; });
+            }
+    return local;
+}
+
 void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions& options, const VerifyReport& report) {
     const std::string ranks = s.tp_size > 1 ? fmt::format("{} ranks x ", s.tp_size) : "";
     fmt::print("target {} ({}{} SMs, {} pages of {} bytes), policy {}, config hash {:016x}\n", s.target.name, ranks,
@@ -68,6 +88,10 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
                    "warps busy");
         for (const TileShape& t : device_tile_shapes(s, *options.device))
             fmt::print("{:<28} {:>13} {:>7} {:>9} of {}\n", t.weight, t.rows_per_tile, t.tiles, t.warps_busy, t.warps);
+        size_t waits = 0;
+        const size_t local = same_sm_waits(s, waits);
+        fmt::print("counter waits: {}, of which {} on counters only earlier instructions of the same SM signal\n",
+                   waits, local);
     } else {
         fmt::print("{:<14} {:>7} {:>14} {:>12}\n", "op", "count", "weight bytes", "busy us");
         for (const OpTotal& op : sim.ops)

@@ -112,13 +112,17 @@ __device__ inline bool wait_at_least(const T* value, T target, const WaitGuard& 
         return acquire_load(value) >= target;
     };
     if (load() >= target) return acquired();
+    // The back-off doubles from 32 ns to 256: a poll lands up to ~the back-off late, on the critical path of
+    // every dependency (the device cost model: a 1024 ns cap cost ~36 us a token of the Llama-3.2-1B shape).
+    // One poller per waiting SM at 256 ns is ~0.5 G loads/s over 132 SMs, far below what L2 serves.
+    constexpr uint32_t kMaxBackoffNs = 256;
     const uint64_t start = global_timer_ns();
     uint32_t sleep_ns = 32;
     for (uint32_t spin = 1;; ++spin) {
         const T now = load();
         if (now >= target) return acquired();
         __nanosleep(sleep_ns);
-        sleep_ns = sleep_ns < 1024 ? sleep_ns * 2 : 1024;
+        sleep_ns = sleep_ns < kMaxBackoffNs ? sleep_ns * 2 : kMaxBackoffNs;
         if (spin % 16 == 0) {
             if (aborted(g)) {
                 if (g.mailbox && system_load(&g.mailbox->host_abort) != 0) raise_fault(g, 2, counter_id, now, target, 0);

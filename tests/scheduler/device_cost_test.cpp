@@ -41,6 +41,7 @@ DeviceModel round_model() {
     m.code.attn_trip_shuffles = 5;
     m.code.attn_kv_prefetched = false;
     m.code.token_system_fences = 3;
+    m.code.wait_backoff_max_ns = 1024;
     return m;
 }
 
@@ -103,10 +104,8 @@ TEST_CASE("device cost: poll overshoot and step boundary", "[cpu]") {
     t.bandwidth_gbs = 2.0;
     t.page_bytes = 64;
     t.hop_ns = 700;
-    // 3 system fences + 1 PCIe read + the gate's hop + a DRAM load and one page at 1 byte/ns.
-    CHECK(device_step_boundary_ns(t, m) == Approx(3000.0 + 2000.0 + 700.0 + 500.0 + 64.0));
-    m.code.stream_across_steps = true;
-    CHECK(device_step_boundary_ns(t, m) == Approx(5700.0));
+    // 3 system fences + 1 PCIe read + the gate's hop (the first pages' fill is in the simulated step).
+    CHECK(device_step_boundary_ns(t, m) == Approx(3000.0 + 2000.0 + 700.0));
 }
 
 TEST_CASE("device cost: the simulator charges it when asked", "[cpu]") {
@@ -122,15 +121,33 @@ TEST_CASE("device cost: the simulator charges it when asked", "[cpu]") {
     SimOptions o;
     o.device = &m;
     const Simulation sim = simulate(s, o);
-    const double ta = device_instruction_time(s, a, o.position, m).total_ns();
-    const double tb = device_instruction_time(s, b, o.position, m).total_ns();
-    // b's SM waited ta + hop, so its poll lands half the 1024 ns back-off cap late.
-    CHECK(sim.makespan_ns == Approx(ta + 1000.0 + 512.0 + tb));
+    // Each SM's loader streams its four 64-byte tiles from the gate at 1 byte/ns; tile k lands at
+    // 64 (k + 1) + 500 (a DRAM latency): 564, 628, 692, 756. Tiles a row each, 31 ns to consume (16 + 5 + 10).
+    // a: overhead 540 (record 100, decode 20, barriers 20, 2 fences 400), then each tile as it lands:
+    // 564 + 31 = 595, 628 + 31 = 659, 723, 787.
+    // b: waits for a's signal, seen 1000 later, its poll half the 1024 ns back-off cap late: starts at 2299;
+    // overhead 440 (a wait of 3 loads, no signal); its tiles landed while it waited: 2299 + 440 + 4 x 31.
+    CHECK(sim.timeline[0][0].end_ns == Approx(787.0));
+    CHECK(sim.timeline[1][0].start_ns == Approx(787.0 + 1000.0 + 512.0));
+    CHECK(sim.makespan_ns == Approx(2299.0 + 440.0 + 124.0));
     CHECK(sim.step_boundary_ns == Approx(device_step_boundary_ns(s.target, m)));
     CHECK(sim.token_ns() == Approx(sim.makespan_ns + sim.step_boundary_ns));
     const OpTotal& mv = sim.ops[size_t(Opcode::matvec_add)];
     CHECK(mv.overhead_ns + mv.consume_ns > 0.0);
-    CHECK(mv.busy_ns == Approx(ta + tb));
+    CHECK(mv.busy_ns == Approx(787.0 + 564.0));
+
+    // Streaming across steps, the pages were filled before the gate: a is 540 + 124 = 664, b starts at
+    // 664 + 1000 + 512 and takes 440 + 124.
+    DeviceModel across = m;
+    across.code.stream_across_steps = true;
+    o.device = &across;
+    CHECK(simulate(s, o).makespan_ns == Approx(2176.0 + 564.0));
+
+    // Pages bound the run-ahead: with 2 pages, a's tiles 2 and 3 wait for tiles 0 and 1 to be consumed
+    // (595, 659), landing at 595 + 64 + 500 = 1159 and 1223 (the loader's bandwidth was free): a ends at 1254.
+    s.target.n_pages = 2;
+    o.device = &m;
+    CHECK(simulate(s, o).timeline[0][0].end_ns == Approx(1254.0));
 }
 
 TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {

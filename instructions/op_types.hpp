@@ -103,6 +103,7 @@ struct Cost {
     uint64_t activation_bytes = 0;
     uint64_t flops = 0;
     uint64_t link_bytes = 0;  // sent to another rank (tensor parallel): costed at the link's bandwidth
+    uint64_t mma_flops = 0;   // of `flops`, those a tensor-core matmul runs (mma_eligible_flops, token_rows.hpp)
 };
 
 }  // namespace mk

@@ -39,6 +39,9 @@ DeviceModel device_model_h200() {
     m.sm_cols_per_ns = 50;
     m.shuffle_ns = 12;  // assumed until measured: SHFL latency ~23 cycles
     m.exp_ns = 40;      // assumed until measured: two expf (MUFU.EX2 and scaling), ~80 cycles
+    // H100/H200 SXM datasheet: 989.4 TFLOPS dense BF16 / 132 SMs (the clock it assumes; mma.sync may reach less
+    // than the wgmma peak: assumed until measured).
+    m.sm_tensor_gflops = 989400.0 / 132.0;
     return m;
 }
 
@@ -89,6 +92,12 @@ PagePlan plan_of(const Schedule& s, const Instruction& ins) {
 
 }  // namespace
 
+double device_flops_ns(const Cost& cost, const Target& t, const DeviceModel& m) {
+    const double tensor_ns = m.sm_tensor_gflops > 0 ? double(cost.mma_flops) / m.sm_tensor_gflops : 0.0;
+    const uint64_t scalar = m.sm_tensor_gflops > 0 ? cost.flops - cost.mma_flops : cost.flops;
+    return double(scalar) / t.sm_gflops + tensor_ns;
+}
+
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m) {
     return waited_ns > 0 ? 0.5 * std::min(waited_ns, m.code.wait_backoff_max_ns) : 0.0;
 }
@@ -136,10 +145,10 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         t.consume_ns = std::max(heads * trips * trip_ns, kv_bytes * heads / fill_bytes_per_ns);
         t.consume_ns += heads * 2 * m.barrier_ns;  // the per-head merge's two barriers
     } else {
-        // Small ops (embed, attn_reduce, sample, reduce_add, transfer): their bytes at the SM's share, at
-        // least one dependent load, and the flops at the SM's rate.
+        // Small ops (embed, attn_reduce, sample, reduce_add, transfer) and the prefill ops: their bytes at the
+        // SM's share, at least one dependent load, and the flops at the SM's rate (tensor cores' for mma_flops).
         const double bytes_ns = double(cost.activation_bytes + cost.weight_bytes) / fill_bytes_per_ns;
-        t.consume_ns = std::max({m.l2_load_ns + bytes_ns, double(cost.flops) / s.target.sm_gflops});
+        t.consume_ns = std::max({m.l2_load_ns + bytes_ns, device_flops_ns(cost, s.target, m)});
         t.consume_ns += double(cost.link_bytes) / s.target.link_gbs;
     }
     return t;

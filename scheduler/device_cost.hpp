@@ -61,6 +61,7 @@ struct DeviceModel {
     double sm_cols_per_ns = 0;     // the SM's issue limit for row dots, all warps together
     double shuffle_ns = 0;         // one dependent SHFL
     double exp_ns = 0;             // the online softmax's two expf and its bookkeeping, per trip
+    double sm_tensor_gflops = 0;   // one SM's dense BF16/F16 tensor-core rate (mma.sync, fp32 accumulate)
     KernelStructure code;
 };
 
@@ -86,6 +87,9 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
 // Between two steps: the token hand-off (post_token) and the gate's hop. (The first pages' fill after the
 // gate is in the simulated step: its loaders start at the gate unless the code streams across steps.)
 double device_step_boundary_ns(const Target& t, const DeviceModel& m);
+
+// An instruction's flops on one SM: mma_flops at the tensor-core rate, the rest at the CUDA cores' (sm_gflops).
+double device_flops_ns(const Cost& cost, const Target& t, const DeviceModel& m);
 
 // How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m);

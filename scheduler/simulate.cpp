@@ -206,6 +206,8 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             op.busy_ns += ev.end_ns - ev.start_ns;
             op.weight_bytes += c.weight_bytes;
             op.flops += c.flops;
+            op.mma_flops += c.mma_flops;
+            op.activation_bytes += c.activation_bytes;
             if (options.device) {
                 const DeviceTime& p = parts[offset[sm] + i];
                 op.overhead_ns += p.overhead_ns;

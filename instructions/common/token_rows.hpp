@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "instructions/op_context.hpp"
+#include "models/tensor.hpp"
 
 namespace mk {
 
@@ -20,6 +21,15 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
         const uint64_t row = off + 4ull * (uint64_t(j) * width + begin);
         out.push_back({Space::arena, row, row + 4ull * n, write});
     }
+}
+
+// The device code runs a weight matrix times a chunk's token columns on tensor cores (mma.sync m16n8k16,
+// BF16/F16 in, fp32 accumulate) when the weights are BF16 or F16 and the chunk has at least 8 tokens (one
+// n8 fragment); else on CUDA cores. The ops' cost() reports those flops apart, for the device cost model.
+inline constexpr uint32_t kMmaMinTokens = 8;
+inline uint64_t mma_eligible_flops(const WeightFormat& w, uint32_t n_tok, uint64_t flops) {
+    const bool half = DType(w.dtype) == DType::BF16 || DType(w.dtype) == DType::F16;
+    return half && n_tok >= kMmaMinTokens ? flops : 0;
 }
 
 // The tokens this step runs: the chunk's, at most the compiled n_tok.

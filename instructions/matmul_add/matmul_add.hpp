@@ -35,8 +35,10 @@ struct MatmulAddOp {
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<MatmulAddArgs>(ins);
-        return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * a.n_tok * (a.cols + 2 * a.n_rows),
-                2ull * a.n_tok * a.n_rows * a.cols};
+        Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * a.n_tok * (a.cols + 2 * a.n_rows),
+               2ull * a.n_tok * a.n_rows * a.cols};
+        c.mma_flops = mma_eligible_flops(w[a.weight], a.n_tok, c.flops);
+        return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

@@ -40,8 +40,10 @@ struct RmsGateUpRowsOp {
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
-        return {uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * a.n_tok * (a.d_model + a.n_rows),
-                4ull * a.n_tok * a.n_rows * a.d_model};
+        Cost c{uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * a.n_tok * (a.d_model + a.n_rows),
+               4ull * a.n_tok * a.n_rows * a.d_model};
+        c.mma_flops = mma_eligible_flops(w[a.gate], a.n_tok, c.flops);
+        return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

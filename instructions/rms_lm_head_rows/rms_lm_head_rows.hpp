@@ -41,8 +41,10 @@ struct RmsLmHeadRowsOp {
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsLmHeadRowsArgs>(ins);
         const uint64_t cols = a.all ? a.n_tok : 1;
-        return {uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * cols * (a.d_model + a.n_rows),
-                2ull * cols * a.n_rows * a.d_model};
+        Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * cols * (a.d_model + a.n_rows),
+               2ull * cols * a.n_rows * a.d_model};
+        c.mma_flops = mma_eligible_flops(w[a.weight], cols, c.flops);
+        return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

@@ -53,7 +53,9 @@ struct RmsQkvRowsOp {
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
         const uint64_t rows = a.n_rows;
-        return {rows * w[a.weight].row_bytes, 4ull * a.n_tok * (a.d_model + rows), 2ull * a.n_tok * rows * a.d_model};
+        Cost c{rows * w[a.weight].row_bytes, 4ull * a.n_tok * (a.d_model + rows), 2ull * a.n_tok * rows * a.d_model};
+        c.mma_flops = mma_eligible_flops(w[a.weight], a.n_tok, c.flops);
+        return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

@@ -2,6 +2,7 @@
 // the serial per-instruction path, the poll overshoot, the step boundary, and the simulator using them.
 #include <catch2/catch.hpp>
 
+#include "instructions/common/token_rows.hpp"
 #include "scheduler/device_cost.hpp"
 #include "scheduler/simulate.hpp"
 #include "tests/scheduler/tiny_schedule.hpp"
@@ -168,4 +169,23 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
     // The loader prefetched the rows: the 8 rounds hit L2 (100 each).
     m.code.attn_kv_prefetched = true;
     CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 100.0 + 84.0 + 10.0 + 20.0));
+}
+
+TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
+    WeightFormat bf16{uint32_t(DType::BF16), 64, 32, 64};
+    WeightFormat q8{uint32_t(DType::Q8_0), 64, 32, 34};
+    // BF16/F16 weights times at least one n8 fragment of tokens run on tensor cores; else on CUDA cores.
+    CHECK(mma_eligible_flops(bf16, 8, 4096) == 4096);
+    CHECK(mma_eligible_flops(bf16, 7, 4096) == 0);
+    CHECK(mma_eligible_flops(q8, 64, 4096) == 0);
+    Target t;
+    t.sm_gflops = 10.0;  // 10 flops/ns
+    DeviceModel m = round_model();
+    m.sm_tensor_gflops = 100.0;
+    Cost c;
+    c.flops = 1200;
+    c.mma_flops = 1000;
+    CHECK(device_flops_ns(c, t, m) == Approx(200.0 / 10.0 + 1000.0 / 100.0));
+    m.sm_tensor_gflops = 0.0;  // no tensor cores: every flop on the CUDA cores
+    CHECK(device_flops_ns(c, t, m) == Approx(120.0));
 }

@@ -21,9 +21,10 @@
 namespace mk {
 
 // Runs one instruction with the team and tiles given (an unknown opcode, or one without device code, was
-// refused on the host).
+// refused on the host). Force-inlined: with attention instantiated for both KV-cache types ptxas outlined it
+// (a 344-byte stack frame and all 16 named barriers in the interpreter; ctest cuda.ptxas.interpreter_kernel).
 template <class Tiles>
-__device__ inline void run_device_op(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles& tiles) {
+__device__ __forceinline__ void run_device_op(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles& tiles) {
     switch (Opcode(ins.opcode)) {
 #define MK_OP(snake, Pascal)                            \
     case Opcode::snake:                                 \

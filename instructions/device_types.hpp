@@ -43,8 +43,8 @@ static_assert(sizeof(DeviceTile) == 24);
 // ranks share one allocation (the CPU, the kernel-per-op baseline) every entry holds the same bases.
 struct RankMemory {
     uint8_t* arena;
-    float* k_cache;
-    float* v_cache;
+    void* k_cache;  // in the schedule's KvType
+    void* v_cache;
     uint64_t* counters;
 };
 
@@ -62,8 +62,8 @@ struct DeviceOpContext {
     uint8_t* arena;                // activation buffers, byte offsets from the args (this rank's)
     const RankMemory* ranks;       // device: by rank; where a transfer writes (on another GPU, over NVLink)
     const DeviceWeight* weights;   // by weight id
-    float* k_cache;                // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
-    float* v_cache;
+    void* k_cache;                 // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type (f32 or bf16)
+    void* v_cache;
     uint32_t ctx_len;
     int32_t pos;                   // the step's position
     int32_t token;                 // the step's input token

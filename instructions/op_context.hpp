@@ -2,8 +2,10 @@
 // the step's state and its weight tiles (staged through pages in checked mode, in place otherwise).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "instructions/op_types.hpp"
+#include "models/quant.hpp"
 #include "models/tensor.hpp"
 
 namespace mk {
@@ -60,8 +62,8 @@ struct OpContext {
     // so the schedule's offsets index it; `arena` is this rank's entry. A transfer writes through it.
     uint8_t* const* rank_arenas = nullptr;
     const WeightRef* weights = nullptr;    // indexed by weight id
-    float* k_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
-    float* v_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    void* k_cache = nullptr;               // (n_layers, n_kv_heads, ctx_len, head_dim) in dims->kv_type
+    void* v_cache = nullptr;               // (n_layers, n_kv_heads, ctx_len, head_dim) in dims->kv_type
     uint32_t ctx_len = 0;
     StepState* step = nullptr;
     const PagePlan* plan = nullptr;        // this instruction's page plan
@@ -69,10 +71,30 @@ struct OpContext {
     CpuDots dots = CpuDots::exact;
 
     float* f32(uint32_t byte_offset) const { return reinterpret_cast<float*>(arena + byte_offset); }
-    float* k_head(uint32_t layer, uint32_t kv_head) const { return k_cache + cache_offset(layer, kv_head); }
-    float* v_head(uint32_t layer, uint32_t kv_head) const { return v_cache + cache_offset(layer, kv_head); }
     uint64_t cache_offset(uint32_t layer, uint32_t kv_head) const {
         return (uint64_t(layer) * dims->n_kv_heads + kv_head) * ctx_len * dims->head_dim;
+    }
+    // Writes element `dim` of one KV head's K (or V) row at `pos`, rounded to the cache's type.
+    void store_kv(Space space, uint32_t layer, uint32_t kv_head, int32_t pos, uint32_t dim, float value) const {
+        const uint64_t i = cache_offset(layer, kv_head) + uint64_t(pos) * dims->head_dim + dim;
+        void* cache = space == Space::k_cache ? k_cache : v_cache;
+        if (dims->kv_type == uint32_t(KvType::bf16))
+            static_cast<uint16_t*>(cache)[i] = f32_to_bf16(value);
+        else
+            static_cast<float*>(cache)[i] = value;
+    }
+    // Rows [begin, end) of one KV head's K (or V) cache as fp32, row t at (t - begin) * head_dim: the cache
+    // itself when it stores f32, else the rows widened from bf16 into `widened`.
+    const float* kv_rows(Space space, uint32_t layer, uint32_t kv_head, int32_t begin, int32_t end,
+                         std::vector<float>& widened) const {
+        const uint64_t first = cache_offset(layer, kv_head) + uint64_t(begin) * dims->head_dim;
+        const void* cache = space == Space::k_cache ? k_cache : v_cache;
+        if (dims->kv_type != uint32_t(KvType::bf16)) return static_cast<const float*>(cache) + first;
+        const uint64_t n = end > begin ? uint64_t(end - begin) * dims->head_dim : 0;
+        widened.resize(n);
+        const uint16_t* rows = static_cast<const uint16_t*>(cache) + first;
+        for (uint64_t i = 0; i < n; ++i) widened[i] = bf16_to_f32(rows[i]);
+        return widened.data();
     }
 };
 

@@ -66,9 +66,10 @@ void CaseBuilder::caches(uint32_t ctx_len) {
     const ModelDims& d = b_.dims;
     b_.ctx_len = ctx_len;
     const uint64_t n = uint64_t(d.n_layers) * d.n_kv_heads * ctx_len * d.head_dim;
+    const bool bf16 = d.kv_type == uint32_t(KvType::bf16);
     for (auto* cache : {&b_.k_cache, &b_.v_cache}) {
         cache->resize(n);
-        for (float& v : *cache) v = uniform(-1.0f, 1.0f);
+        for (float& v : *cache) v = bf16 ? bf16_to_f32(f32_to_bf16(uniform(-1.0f, 1.0f))) : uniform(-1.0f, 1.0f);
     }
     b_.rope_inv_freq.resize(d.head_dim / 2);
     for (uint32_t i = 0; i < d.head_dim / 2; ++i)
@@ -123,6 +124,42 @@ std::vector<double> ref_rms_norm(const OpBuffers& b, const std::vector<double>& 
 
 Expected ref_arena(std::string what, uint64_t byte_offset, std::vector<double> values) {
     return {std::move(what), Space::arena, byte_offset, std::move(values)};
+}
+
+std::vector<uint8_t> OpBuffers::stored_cache(Space space) const {
+    const std::vector<float>& values = space == Space::k_cache ? k_cache : v_cache;
+    std::vector<uint8_t> out(values.size() * dims.kv_bytes());
+    if (dims.kv_type != uint32_t(KvType::bf16)) {
+        std::memcpy(out.data(), values.data(), out.size());
+        return out;
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t bits = f32_to_bf16(values[i]);
+        std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+    return out;
+}
+
+void OpBuffers::load_stored_cache(Space space, const uint8_t* bytes) {
+    std::vector<float>& values = space == Space::k_cache ? k_cache : v_cache;
+    if (dims.kv_type != uint32_t(KvType::bf16)) {
+        std::memcpy(values.data(), bytes, 4 * values.size());
+        return;
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, 2);
+        values[i] = bf16_to_f32(bits);
+    }
+}
+
+Expected ref_kv_store(const OpBuffers& b, std::string what, Space space, uint64_t begin, std::vector<double> values) {
+    Expected e{std::move(what), space, begin, std::move(values)};
+    if (b.dims.kv_type == uint32_t(KvType::bf16)) {
+        for (double& v : e.values) v = bf16_to_f32(f32_to_bf16(float(v)));
+        e.extra_rel = kBf16StoreRel;
+    }
+    return e;
 }
 
 }  // namespace mk

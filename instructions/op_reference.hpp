@@ -22,7 +22,9 @@ struct OpBuffers {
     std::vector<WeightFormat> formats;          // by weight id
     std::vector<std::vector<uint8_t>> weights;  // by weight id: formats[id].rows rows of row_bytes, stored format
     uint32_t ctx_len = 0;
-    std::vector<float> k_cache, v_cache;        // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    // (n_layers, n_kv_heads, ctx_len, head_dim) values; with a bf16 cache (dims.kv_type) each is a bf16 value
+    // and a backend runs on stored_cache's bits.
+    std::vector<float> k_cache, v_cache;
     std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
     StepState step;
     uint64_t page_bytes = 4096;                 // the target the page plan is made for: small pages, so that
@@ -31,7 +33,14 @@ struct OpBuffers {
     uint64_t cache_index(uint32_t layer, uint32_t kv_head, int32_t pos) const {
         return ((uint64_t(layer) * dims.n_kv_heads + kv_head) * ctx_len + uint64_t(pos)) * dims.head_dim;
     }
+    // The K (or V) cache as a backend stores it (dims.kv_type: fp32, or bf16 bits), and back after a run.
+    std::vector<uint8_t> stored_cache(Space space) const;
+    void load_stored_cache(Space space, const uint8_t* bytes);
 };
+
+// A bf16 KV store may round a value the other way from the float64 reference's rounding: one bf16 unit in the
+// last place, at most 2^-8 of the range's largest value.
+inline constexpr double kBf16StoreRel = 1.0 / 256;
 
 // How an expected output is compared: fp32 values within the op's tolerance; an i32 exactly; or an i32
 // argmax: any index whose reference score is within tolerance of the best (float rounding may swap near-ties).
@@ -45,6 +54,7 @@ struct Expected {
     std::vector<double> values;  // real: one per fp32; i32: one value; argmax: the scores of indices index_base..
     Check check = Check::real;
     int32_t index_base = 0;
+    double extra_rel = 0.0;      // allowed beyond the op's tolerance (kBf16StoreRel for a bf16 KV store)
 };
 
 struct OpCase {
@@ -98,6 +108,9 @@ double ref_dot(const std::vector<double>& a, const std::vector<double>& b);
 std::vector<double> ref_rms_norm(const OpBuffers& b, const std::vector<double>& x, uint32_t norm_weight);
 // An fp32 output range [begin, begin + 4 n) of the arena.
 Expected ref_arena(std::string what, uint64_t byte_offset, std::vector<double> values);
+// A K or V cache range at float index `begin` holding `values` as the cache stores them: rounded to bf16 (with
+// kBf16StoreRel allowed) when dims.kv_type is bf16.
+Expected ref_kv_store(const OpBuffers& b, std::string what, Space space, uint64_t begin, std::vector<double> values);
 
 // The weight formats a matrix op takes (every stored format mk reads).
 inline constexpr DType kMatrixFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,

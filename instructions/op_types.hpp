@@ -15,11 +15,20 @@ enum class Opcode : uint16_t {
     count
 };
 
+// How the KV cache stores K and V, a schedule property every backend honours (`--kv-type`). bf16 halves
+// attention's cache bytes; K and V are rounded to nearest even when written, read back widened to fp32.
+enum class KvType : uint32_t { f32 = 0, bf16 = 1 };
+inline constexpr uint32_t kKvTypeCount = 2;
+MK_HOST_DEVICE inline uint32_t kv_type_bytes(uint32_t kv_type) { return kv_type == uint32_t(KvType::bf16) ? 2 : 4; }
+inline const char* kv_type_name(uint32_t kv_type) { return kv_type == uint32_t(KvType::bf16) ? "bf16" : "f32"; }
+
 // The model dimensions a schedule is compiled for (plain data: it is stored in .mks files).
 struct ModelDims {
     uint32_t n_layers = 0, d_model = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, d_ff = 0, vocab = 0;
     float norm_eps = 1e-5f;
     uint32_t qkv_bias = 0, qk_norm = 0;  // Qwen2 biases, Qwen3 per-head norms
+    uint32_t kv_type = 0;                // a KvType: how the KV cache stores K and V (not the model's: the schedule's)
+    MK_HOST_DEVICE uint32_t kv_bytes() const { return kv_type_bytes(kv_type); }  // bytes of one cached K or V element
     MK_HOST_DEVICE uint32_t q_dim() const { return n_heads * head_dim; }
     MK_HOST_DEVICE uint32_t kv_dim() const { return n_kv_heads * head_dim; }
     MK_HOST_DEVICE uint32_t group_size() const { return n_heads / n_kv_heads; }
@@ -50,7 +59,7 @@ struct WeightFormat {
 };
 
 // Where an op's memory lives. The arena holds every activation buffer (byte offsets);
-// the KV caches are (layer, kv_head, position, head_dim) fp32.
+// the KV caches are (layer, kv_head, position, head_dim) in the schedule's KvType.
 enum class Space : uint8_t { arena, k_cache, v_cache };
 // How a KV-cache region depends on the step's position.
 // A prefill step runs n_pos positions from pos: at_pos is then rows pos..pos+n_pos-1, upto_pos rows 0..pos+n_pos-1.

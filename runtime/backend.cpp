@@ -86,18 +86,27 @@ std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::
     return backend_weight_formats(weight_formats(model), model.config, o);
 }
 
+KvType resolve_kv_type(const api::BackendOptions& o) {
+    if (o.kv_type.empty() || o.kv_type == "f32") return KvType::f32;
+    if (o.kv_type == "bf16") return KvType::bf16;
+    fail("--kv-type {}: expected f32 or bf16", o.kv_type);
+}
+
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
     if (!o.schedule_file.empty()) {
         if (!o.target.empty() || o.sms) fail("--schedule already fixes the target; drop --target/--sms");
         Schedule s = load_schedule(o.schedule_file);
         check_schedule_for(model, s, o.schedule_file);
+        if (!o.kv_type.empty() && uint32_t(resolve_kv_type(o)) != s.dims.kv_type)
+            fail("{}: compiled for a {} KV cache, not the --kv-type {} asked for", o.schedule_file,
+                 kv_type_name(s.dims.kv_type), o.kv_type);
         if (const uint32_t tp = resolve_tp(o); tp > 1 && tp != s.tp_size)
             fail("{}: compiled for {} tensor-parallel rank(s), not the --tp {} asked for", o.schedule_file, s.tp_size, tp);
         verify_or_throw(s, o.schedule_file);
         return s;
     }
     return compile_schedule(model.config, backend_weight_formats(model, o), resolve_target(o), parse_policy(o.policy),
-                            resolve_tp(o));
+                            resolve_tp(o), resolve_kv_type(o));
 }
 
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
@@ -163,7 +172,7 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
     if (o.batch > 1 && schedule.tp_size == 1)
         prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
-                                           o.batch, o.all_logits);
+                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type));
     return make_cpu_program(model, std::move(schedule), po, std::move(prefill));
 }
 

@@ -14,6 +14,8 @@ namespace mk {
 uint32_t resolve_tp(const api::BackendOptions& options);
 // Target (per rank) from target / sms+smem_bytes (default: the CPU backend's own target).
 Target resolve_target(const api::BackendOptions& options);
+// The KV-cache type asked for ("" -> f32); throws naming an unknown one.
+KvType resolve_kv_type(const api::BackendOptions& options);
 // The weight formats a schedule for this backend is compiled against (sliced for --tp, rows padded for CUDA).
 std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::BackendOptions& options);
 // The same from a model's formats alone (weight_formats, or synthetic_weight_formats for a shape too big to write).

@@ -11,8 +11,8 @@ namespace mk {
 struct ProgramMemory {
     uint8_t* arena = nullptr;              // schedule.arena_bytes of activation buffers
     const WeightRef* weights = nullptr;    // schedule.weights.size() entries, by weight id
-    float* k_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32, or null
-    float* v_cache = nullptr;              // (n_layers, n_kv_heads, ctx_len, head_dim) fp32, or null
+    void* k_cache = nullptr;               // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type, or null
+    void* v_cache = nullptr;               // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type, or null
     uint32_t ctx_len = 0;
     const float* rope_inv_freq = nullptr;  // (head_dim / 2) fp32
     // Tensor parallel, optional: tp_size arenas of rank_arena_bytes, each biased by its rank's region start

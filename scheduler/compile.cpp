@@ -85,8 +85,10 @@ std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, 
 }
 
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
-                          Policy policy, uint32_t tp) {
-    Graph graph = build_decode_graph(model_dims(config), weights, target, tp);
+                          Policy policy, uint32_t tp, KvType kv_type) {
+    ModelDims dims = model_dims(config);
+    dims.kv_type = uint32_t(kv_type);
+    Graph graph = build_decode_graph(dims, weights, target, tp);
     Schedule s = build_schedule(graph, assign(graph, target, policy), target);
     s.config_hash = config.hash();
     s.policy = policy_name(policy);
@@ -94,8 +96,11 @@ Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFor
 }
 
 Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
-                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits) {
-    Graph graph = build_prefill_graph(model_dims(config), weights, target, n_tok, all_logits);
+                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits,
+                                  KvType kv_type) {
+    ModelDims dims = model_dims(config);
+    dims.kv_type = uint32_t(kv_type);
+    Graph graph = build_prefill_graph(dims, weights, target, n_tok, all_logits);
     Schedule s = build_schedule(graph, assign(graph, target, policy), target);
     s.config_hash = config.hash();
     s.policy = policy_name(policy);

@@ -27,10 +27,12 @@ std::vector<WeightFormat> synthetic_weight_formats(const SyntheticSpec& spec);
 std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, uint32_t align);
 
 // `weights` by schedule weight id: weight_formats, or tp_weight_formats for tp > 1 (then padded for CUDA).
+// `kv_type`: how the schedule's KV cache stores K and V (ModelDims::kv_type).
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
-                          Policy policy, uint32_t tp = 1);
+                          Policy policy, uint32_t tp = 1, KvType kv_type = KvType::f32);
 // The prefill step for chunks of up to n_tok tokens (its logits: the chunk's last token's, or every token's).
 Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
-                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits);
+                                  const Target& target, Policy policy, uint32_t n_tok, bool all_logits,
+                                  KvType kv_type = KvType::f32);
 
 }  // namespace mk

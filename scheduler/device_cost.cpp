@@ -137,7 +137,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         const uint32_t positions = uint32_t(std::max(0, end - begin));
         const uint32_t heads = c.attn_heads_serial ? a.group : 1;
         const uint32_t trips = (positions + c.attn_positions_per_trip - 1) / c.attn_positions_per_trip;
-        const double kv_bytes = 2.0 * 4.0 * positions * a.head_dim;  // fp32 K and V rows
+        const double kv_bytes = 2.0 * s.dims.kv_bytes() * positions * a.head_dim;  // K and V rows in the cache's type
         // A trip: its K/V rows' load rounds (from DRAM unless the loader prefetched them: the step's 2.47 GB of
         // weights evict them from L2), then the dependent shuffles and the softmax's exps.
         const double round_ns = c.attn_kv_prefetched ? m.l2_load_ns : m.dram_load_ns;

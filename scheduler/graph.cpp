@@ -237,8 +237,12 @@ Graph GraphBuilder::build() {
                 const uint32_t norm = kind == 0   ? opt(LayerWeight::q_norm)
                                       : kind == 1 ? opt(LayerWeight::k_norm)
                                                   : kNoWeight;
-                for (uint32_t r = 0; r < rows; r += qkv_rows) {
-                    RmsQkvArgs a{L, kind, r, std::min(qkv_rows, rows - r), b.x, b.q, lw(w), lw(LayerWeight::attn_norm),
+                // A bf16 cache's K/V blocks are finished in the device scratch: kMaxStagedKvRows at most.
+                const uint32_t block = kind != 0 && d.kv_type == uint32_t(KvType::bf16)
+                                           ? std::min(qkv_rows, kMaxStagedKvRows / qkv_align * qkv_align)
+                                           : qkv_rows;
+                for (uint32_t r = 0; r < rows; r += block) {
+                    RmsQkvArgs a{L, kind, r, std::min(block, rows - r), b.x, b.q, lw(w), lw(LayerWeight::attn_norm),
                                  opt(bias), norm, d.d_model, d.head_dim};
                     add<RmsQkvOp>(k, a, g_qkv, {{residual_ready[k], Operand::input}});
                 }

@@ -13,7 +13,7 @@
 
 namespace mk {
 
-inline constexpr uint32_t kScheduleVersion = 3;  // 2: tensor parallel (tp_size, rank_arena_bytes, link); 3: prefill
+inline constexpr uint32_t kScheduleVersion = 4;  // 2: tensor parallel (tp_size, rank_arena_bytes, link); 3: prefill; 4: kv_type
 
 struct CounterInfo {
     std::string name;

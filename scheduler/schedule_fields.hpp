@@ -36,6 +36,7 @@ void visit_schedule_fields(S& s, Visit&& v) {
     v("dims", "norm_eps", d.norm_eps);
     v("dims", "qkv_bias", d.qkv_bias);
     v("dims", "qk_norm", d.qk_norm);
+    v("dims", "kv_type", d.kv_type);
     v("", "config_hash", s.config_hash);
     v("", "tp_size", s.tp_size);
     v("", "rank_arena_bytes", s.rank_arena_bytes);

@@ -251,6 +251,9 @@ void check_limits(const Schedule& s, const std::string& name) {
     if (d.n_heads > kMaxHeads || d.n_kv_heads > kMaxHeads || d.head_dim > kMaxHeads)
         fail("{}: model dims claim {} heads, {} KV heads of head_dim {}, more than {} (corrupt file)", name, d.n_heads,
              d.n_kv_heads, d.head_dim, kMaxHeads);
+    if (d.kv_type >= kKvTypeCount)
+        fail("{}: KV-cache type {} is not one this build knows (0 f32, 1 bf16); compile the schedule again", name,
+             d.kv_type);
     if (s.tp_size == 0 || s.tp_size > 64 || s.target.n_sms == 0)
         fail("{}: tensor-parallel size {} with {} SMs per rank (corrupt file)", name, s.tp_size, s.target.n_sms);
     // Page plans make one tile per page of rows: refuse more rows than any model has (vocab <= 2^24).

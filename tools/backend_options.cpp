@@ -27,6 +27,10 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
                     "CPU: q16 (default: each matvec's input as 16-bit blocks, integer dots on Q8_0/Q4_0/Q4_1 weights, "
                     "1.2-1.5x faster decode, logits within ~1e-3 of fp32) | exact (fp32 activations)")
         ->check(CLI::IsMember({"exact", "q16"}));
+    cmd->add_option("--kv-type", o.kv_type,
+                    "How the KV cache stores K and V: f32 (default) | bf16 (half the cache bytes; the schedule "
+                    "records it, every backend honours it)")
+        ->check(CLI::IsMember({"f32", "bf16"}));
     cmd->add_flag("--stepwise", o.stepwise, "cuda: launch the interpreter once per step instead of keeping it resident");
     cmd->add_flag("--graph", o.graph, "cuda-kernels: replay each step as a captured CUDA graph");
     cmd->add_option("--watchdog-ms", o.watchdog_ms,

@@ -52,6 +52,8 @@ void register_schedule(CLI::App& app) {
                     "no --tp yet)")
         ->check(CLI::Range(1u, 4096u));
     cmd->add_flag("--all-logits", o->all_logits, "With --prefill: the logits of every token of the chunk, not only the last");
+    cmd->add_option("--kv-type", o->backend.kv_type, "How the KV cache stores K and V: f32 (default) | bf16")
+        ->check(CLI::IsMember({"f32", "bf16"}));
     cmd->callback([o] {
         const Target target = resolve_target(o->backend);
         const uint32_t tp = resolve_tp(o->backend);
@@ -69,9 +71,10 @@ void register_schedule(CLI::App& app) {
         const auto t0 = std::chrono::steady_clock::now();
         if (o->all_logits && !o->prefill) fail("--all-logits goes with --prefill T");
         if (o->prefill && tp > 1) fail("--prefill {}: tensor-parallel prefill schedules are not built yet", o->prefill);
+        const KvType kv_type = resolve_kv_type(o->backend);
         Schedule s = o->prefill ? compile_prefill_schedule(config, formats, target, parse_policy(o->backend.policy),
-                                                           o->prefill, o->all_logits)
-                                : compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp);
+                                                           o->prefill, o->all_logits, kv_type)
+                                : compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp, kv_type);
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());
@@ -87,8 +90,8 @@ void register_schedule(CLI::App& app) {
         const std::string peak = s.tp_size > 1 ? fmt::format("{} x {:.0f}", s.tp_size, target.bandwidth_gbs)
                                                : fmt::format("{:.0f}", target.bandwidth_gbs);
         const std::string step = s.prefill_tokens ? fmt::format("prefill step of {} tokens", s.prefill_tokens) : "decode step";
-        fmt::print("{}: {}, {} instructions on {} ({}), {} counters, policy {}\n", o->out, step, s.n_instructions(), sms,
-                   target.name, s.counters.size(), s.policy);
+        fmt::print("{}: {}, {} instructions on {} ({}), {} counters, policy {}, {} KV cache\n", o->out, step,
+                   s.n_instructions(), sms, target.name, s.counters.size(), s.policy, kv_type_name(s.dims.kv_type));
         fmt::print("compiled in {:.1f} ms, verified in {:.1f} ms: {}\n", compile_ms, report.stats.elapsed_ms,
                    report.ok ? "ok" : "failed");
         fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {} GB/s peak; ideal model)\n",

@@ -29,6 +29,7 @@ struct BackendOptions {
     uint32_t batch = 256;                 // cpu: prompt tokens per prefill step (llama.cpp's -b); 1 token by token
                                           // (the CUDA backends and --tp still run prompts token by token)
     bool all_logits = false;              // keep every fed token's logits (Session::feed_logits), e.g. for perplexity
+    std::string kv_type;                  // f32 | bf16: how the KV cache stores K and V ("" f32, or the schedule file's)
 };
 
 // The sampling rule: repetition penalty, temperature, top-k, softmax, min-p, top-p, then an

@@ -6,6 +6,7 @@
 // block are independent loads, so many are in flight per warp. Other shapes take the per-head path (warps
 // split positions, a position per warp per trip). Either way the warps' (m, l, o) meet in scratch and are
 // merged in warp order (deterministic, no atomics); scores are never stored, so any context length fits.
+// The cache holds fp32 or bf16 (ModelDims::kv_type): both paths are instantiated for each element type.
 #pragma once
 #include "instructions/attn_partial/attn_partial.hpp"
 #include "instructions/common/device_math.cuh"
@@ -27,12 +28,21 @@ struct AttnPartialDevice {
         const uint32_t stride = a.head_dim + 2;  // one head's state in scratch: {m, l, o[hd]}
         const uint32_t room = ctx.scratch_floats > a.group * a.head_dim ? ctx.scratch_floats - a.group * a.head_dim : 0;
         const uint32_t n_split = min(team.n_warps(), room / (a.group * stride));
+        if (ctx.dims.kv_type == uint32_t(KvType::bf16))
+            return run_typed<uint16_t>(a, ctx, team, begin, end, n_split);
+        run_typed<float>(a, ctx, team, begin, end, n_split);
+    }
+
+    // KvT: the cache's element, float or uint16_t (bf16 bits).
+    template <typename KvT>
+    static __device__ void run_typed(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,
+                                     int32_t begin, int32_t end, uint32_t n_split) {
         const bool streaming = n_split > 0 && a.group <= kMaxGroup;
         if (streaming && a.head_dim == 64 && a.group <= kMaxGroupDims / 2)
-            return run_streaming<2>(a, ctx, team, begin, end, n_split);
+            return run_streaming<2, KvT>(a, ctx, team, begin, end, n_split);
         if (streaming && a.head_dim == 128 && a.group <= kMaxGroupDims / 4)
-            return run_streaming<4>(a, ctx, team, begin, end, n_split);
-        run_per_head(a, ctx, team, begin, end);
+            return run_streaming<4, KvT>(a, ctx, team, begin, end, n_split);
+        run_per_head<KvT>(a, ctx, team, begin, end);
     }
 
     // The loader's L2 prefetch of the chunk's K and V rows (the step's 2.5 GB of weights evict them from the
@@ -46,8 +56,9 @@ struct AttnPartialDevice {
         const uint64_t first = ctx.cache_offset(a.layer, a.kv_head) + uint64_t(begin) * a.head_dim;
         // Bulk prefetches take 16-byte-aligned ranges: the range shrinks to them (a head_dim not a multiple of 4
         // leaves its edge rows to DRAM as before).
-        const uint64_t lo = (first * sizeof(float) + 15) / 16 * 16;
-        const uint64_t hi = (first + uint64_t(end - begin) * a.head_dim) * sizeof(float) / 16 * 16;
+        const uint64_t element = ctx.dims.kv_bytes();  // the cache's type: 4 (f32) or 2 (bf16)
+        const uint64_t lo = (first * element + 15) / 16 * 16;
+        const uint64_t hi = (first + uint64_t(end - begin) * a.head_dim) * element / 16 * 16;
         constexpr uint64_t kPiece = 16384;  // one bulk prefetch per 16 KiB, like a weight tile
         const auto* k = reinterpret_cast<const uint8_t*>(ctx.k_cache);
         const auto* v = reinterpret_cast<const uint8_t*>(ctx.v_cache);
@@ -59,15 +70,15 @@ struct AttnPartialDevice {
     }
 
     // kDims = head_dim / 32: output dims per lane per head.
-    template <uint32_t kDims>
+    template <uint32_t kDims, typename KvT>
     static __device__ void run_streaming(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,
                                          int32_t begin, int32_t end, uint32_t n_split) {
         constexpr uint32_t hd = 32 * kDims;
         constexpr uint32_t kGroups = kMaxGroupDims / kDims < kMaxGroup ? kMaxGroupDims / kDims : kMaxGroup;
         const uint32_t lane = team.lane(), warp = team.warp(), group = a.group;
         const uint32_t stride = hd + 2;
-        const float* keys = ctx.k_cache + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
-        const float* values = ctx.v_cache + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
+        const KvT* keys = static_cast<const KvT*>(ctx.k_cache) + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
+        const KvT* values = static_cast<const KvT*>(ctx.v_cache) + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
         const float scale = 1.0f / sqrtf(float(hd));
         float* q = ctx.scratch;                           // (group, hd) fp32, pre-scaled (16-byte aligned)
         float* states = ctx.scratch + group * hd;         // (n_split, group) x {m, l, o[hd]}
@@ -91,10 +102,10 @@ struct AttnPartialDevice {
 #pragma unroll
                 for (uint32_t g = 0; g < kGroups; ++g) s[g] = 0.0f;
                 if (t < end) {
-                    const float* k = keys + uint64_t(t) * hd;
+                    const KvT* k = keys + uint64_t(t) * hd;
 #pragma unroll 4
                     for (uint32_t d = 0; d < hd; d += 4) {
-                        const float4 kv = dev::load_f4(k + d);
+                        const float4 kv = dev::kv_load4(k + d);
 #pragma unroll
                         for (uint32_t g = 0; g < kGroups; ++g)
                             if (g < group) s[g] += dev::dot4(kv, dev::load_f4(q + g * hd + d));
@@ -117,9 +128,10 @@ struct AttnPartialDevice {
                     float vr[kRowsInFlight][kDims];
 #pragma unroll
                     for (uint32_t j = 0; j < kRowsInFlight; ++j) {
-                        const float* v = values + uint64_t(base + int32_t(j0 + j)) * hd;
+                        const KvT* v = values + uint64_t(base + int32_t(j0 + j)) * hd;
 #pragma unroll
-                        for (uint32_t k = 0; k < kDims; ++k) vr[j][k] = j0 + j < n_valid ? v[lane + 32 * k] : 0.0f;
+                        for (uint32_t k = 0; k < kDims; ++k)
+                            vr[j][k] = j0 + j < n_valid ? dev::kv_load(v, lane + 32 * k) : 0.0f;
                     }
 #pragma unroll
                     for (uint32_t j = 0; j < kRowsInFlight; ++j)
@@ -150,11 +162,12 @@ struct AttnPartialDevice {
     // Any head_dim up to kMaxHeadDim: for each query head of the group, the warps split the chunk's positions
     // (warp w takes begin + w, begin + w + n, ...), each running an online softmax with its lanes holding q and
     // the output accumulator for dims lane, lane + 32, ...
+    template <typename KvT>
     static __device__ void run_per_head(const AttnPartialArgs& a, const DeviceOpContext& ctx, const Team& team,
                                         int32_t begin, int32_t end) {
         const uint32_t hd = a.head_dim, lane = team.lane(), warp = team.warp();
-        const float* keys = ctx.k_cache + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
-        const float* values = ctx.v_cache + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
+        const KvT* keys = static_cast<const KvT*>(ctx.k_cache) + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
+        const KvT* values = static_cast<const KvT*>(ctx.v_cache) + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
         const float scale = 1.0f / sqrtf(float(hd));
         // Warp w's state in scratch: {m, l, o[hd]}; as many warps split positions as have a slot.
         const uint32_t stride = hd + 2;
@@ -173,19 +186,19 @@ struct AttnPartialDevice {
                 }
                 float m = -INFINITY, l = 0.0f;
                 for (int32_t t = begin + int32_t(warp); t < end; t += int32_t(n_split)) {
-                    const float* k = keys + uint64_t(t) * hd;
-                    const float* v = values + uint64_t(t) * hd;
+                    const KvT* k = keys + uint64_t(t) * hd;
+                    const KvT* v = values + uint64_t(t) * hd;
                     float s = 0.0f;
 #pragma unroll
                     for (uint32_t j = 0; j < kDimsPerLane; ++j)
-                        if (lane + 32 * j < hd) s += qr[j] * k[lane + 32 * j];
+                        if (lane + 32 * j < hd) s += qr[j] * dev::kv_load(k, lane + 32 * j);
                     s = dev::warp_sum(s) * scale;
                     const float m_new = fmaxf(m, s);
                     const float correction = expf(m - m_new), p = expf(s - m_new);
                     l = l * correction + p;
 #pragma unroll
                     for (uint32_t j = 0; j < kDimsPerLane; ++j)
-                        if (lane + 32 * j < hd) o[j] = o[j] * correction + p * v[lane + 32 * j];
+                        if (lane + 32 * j < hd) o[j] = o[j] * correction + p * dev::kv_load(v, lane + 32 * j);
                     m = m_new;
                 }
                 float* state = ctx.scratch + warp * stride;

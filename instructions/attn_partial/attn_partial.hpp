@@ -54,10 +54,10 @@ struct AttnPartialOp {
     static std::vector<uint32_t> weights(const Instruction&) { return {}; }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     // Cost at a nominal 512-token context; the simulator scales attention with the position it models.
-    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat*) {
+    static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat*) {
         auto a = decode_args<AttnPartialArgs>(ins);
         uint64_t positions = (512 + a.n_parts - 1) / a.n_parts;
-        return {0, 2 * 4 * positions * a.head_dim, 4 * positions * a.head_dim * a.group};
+        return {0, 2ull * dims.kv_bytes() * positions * a.head_dim, 4 * positions * a.head_dim * a.group};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     // The float64 reference and its generated cases (attn_partial_reference.cpp), checked by tests/instructions/.

@@ -15,8 +15,9 @@ void AttnPartialOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<AttnPartialArgs>(ins);
     int32_t begin = 0, end = 0;
     attn_chunk(ctx.step->pos, a.part, a.n_parts, begin, end);
-    const float* keys = ctx.k_head(a.layer, a.kv_head);
-    const float* values = ctx.v_head(a.layer, a.kv_head);
+    thread_local std::vector<float> k_widened, v_widened;  // the chunk's rows when the cache stores bf16
+    const float* keys = ctx.kv_rows(Space::k_cache, a.layer, a.kv_head, begin, end, k_widened);    // row t - begin
+    const float* values = ctx.kv_rows(Space::v_cache, a.layer, a.kv_head, begin, end, v_widened);  // row t - begin
     const float scale = 1.0f / std::sqrt(float(a.head_dim));
     thread_local std::vector<float> scores;
     scores.resize(size_t(std::max(0, end - begin)));
@@ -28,7 +29,7 @@ void AttnPartialOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         float* ml = ctx.f32(a.ml_off) + (size_t(h) * a.n_parts + a.part) * 2;
         float m = -std::numeric_limits<float>::infinity();
         for (int32_t t = begin; t < end; ++t) {
-            const float* k = keys + size_t(t) * a.head_dim;
+            const float* k = keys + size_t(t - begin) * a.head_dim;
             float s = 0.0f;
             for (uint32_t i = 0; i < a.head_dim; ++i) s += q[i] * k[i];
             scores[t - begin] = s * scale;
@@ -39,7 +40,7 @@ void AttnPartialOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         for (int32_t t = begin; t < end; ++t) {
             const float p = std::exp(scores[t - begin] - m);
             l += p;
-            const float* v = values + size_t(t) * a.head_dim;
+            const float* v = values + size_t(t - begin) * a.head_dim;
             for (uint32_t i = 0; i < a.head_dim; ++i) o[i] += p * v[i];
         }
         ml[0] = m;

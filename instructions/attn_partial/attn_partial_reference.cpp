@@ -50,10 +50,14 @@ std::vector<OpCase> AttnPartialOp::cases(uint64_t seed) {
     std::vector<OpCase> out;
     // pos 1 in 4 parts: part 3 is empty (m = -inf, l = 0). head_dim 64 and 128 take the device's streaming
     // path (32 positions per warp per trip): 300 positions give some warps two blocks of 32, and a partial one.
+    // A bf16 cache: the per-head path (hd 32) and both streaming widths, its values exact bf16 (CaseBuilder::caches).
+    for (const KvType kv_type : {KvType::f32, KvType::bf16})
     for (const Shape& s : {Shape{32, 6, 0, 0, 0, 1}, Shape{32, 6, 20, 1, 1, 3}, Shape{32, 6, 20, 0, 2, 3},
                            Shape{32, 6, 1, 1, 3, 4}, Shape{32, 6, 37, 1, 0, 2}, Shape{64, 8, 299, 1, 0, 1},
                            Shape{64, 8, 40, 0, 1, 2}, Shape{128, 4, 70, 0, 1, 2}}) {
-        const ModelDims dims{.n_layers = 2, .n_heads = s.n_heads, .n_kv_heads = 2, .head_dim = s.head_dim};
+        if (kv_type == KvType::bf16 && s.pos != 37 && s.pos != 299 && s.pos != 70) continue;
+        const ModelDims dims{.n_layers = 2, .n_heads = s.n_heads, .n_kv_heads = 2, .head_dim = s.head_dim,
+                             .kv_type = uint32_t(kv_type)};
         CaseBuilder c(dims, seed++);
         c.caches(uint32_t(s.pos) + 1);
         c.buffers().step.pos = s.pos;
@@ -61,8 +65,9 @@ std::vector<OpCase> AttnPartialOp::cases(uint64_t seed) {
         const uint32_t o = c.activation(uint64_t(dims.n_heads) * s.n_parts * dims.head_dim);
         const uint32_t ml = c.activation(2ull * dims.n_heads * s.n_parts);
         const AttnPartialArgs a{1, s.kv_head, s.part, s.n_parts, q, o, ml, dims.head_dim, dims.group_size()};
-        out.push_back(c.finish(fmt::format("attn_partial hd {} group {} pos {} kv{} part {}/{}", s.head_dim,
-                                           dims.group_size(), s.pos, s.kv_head, s.part, s.n_parts),
+        out.push_back(c.finish(fmt::format("attn_partial hd {} group {} pos {} kv{} part {}/{} {} cache", s.head_dim,
+                                           dims.group_size(), s.pos, s.kv_head, s.part, s.n_parts,
+                                           kv_type_name(dims.kv_type)),
                                make_instruction<AttnPartialOp>(a)));
     }
     return out;

@@ -14,12 +14,19 @@ struct AttnRowsDevice {
 
     template <class Tiles>
     static __device__ void run(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles&) {
+        if (ctx.dims.kv_type == uint32_t(KvType::bf16)) return run_typed<uint16_t>(ins, ctx, team);
+        run_typed<float>(ins, ctx, team);
+    }
+
+    // KvT: the cache's element, float or uint16_t (bf16 bits, widened as read).
+    template <typename KvT>
+    static __device__ void run_typed(const Instruction& ins, const DeviceOpContext& ctx, const Team& team) {
         const auto a = decode_args<AttnRowsArgs>(ins);
         const uint32_t n = dev::step_tokens(ctx, a.n_tok), hd = a.head_dim, q_dim = ctx.dims.q_dim(), lane = team.lane();
         const uint32_t q_end = min(a.q_begin + a.n_q, n);
         const uint32_t n_units = q_end > a.q_begin ? (q_end - a.q_begin) * a.group : 0;
-        const float* keys = ctx.k_cache + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd) fp32
-        const float* values = ctx.v_cache + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd) fp32
+        const KvT* keys = static_cast<const KvT*>(ctx.k_cache) + ctx.cache_offset(a.layer, a.kv_head);    // (ctx_len, hd)
+        const KvT* values = static_cast<const KvT*>(ctx.v_cache) + ctx.cache_offset(a.layer, a.kv_head);  // (ctx_len, hd)
         const float scale = 1.0f / sqrtf(float(hd));
         for (uint32_t u = team.warp(); u < n_units; u += team.n_warps()) {
             const uint32_t j = a.q_begin + u / a.group, h = a.kv_head * a.group + u % a.group;
@@ -34,9 +41,9 @@ struct AttnRowsDevice {
                     const int32_t t = base + int32_t(lane);
                     float s = -INFINITY;
                     if (t < visible) {
-                        const float* key = keys + uint64_t(t) * hd;
+                        const KvT* key = keys + uint64_t(t) * hd;
                         float dot = 0.0f;
-                        for (uint32_t d = 0; d < hd; ++d) dot += q[d] * key[d];
+                        for (uint32_t d = 0; d < hd; ++d) dot += q[d] * dev::kv_load(key, d);
                         s = dot * scale;
                     }
                     const float m_new = fmaxf(m, dev::warp_max(s));  // finite: lane 0's position is visible
@@ -49,10 +56,10 @@ struct AttnRowsDevice {
                     const uint32_t n_valid = uint32_t(min(32, visible - base));
                     for (uint32_t i = 0; i < n_valid; ++i) {
                         const float p_i = __shfl_sync(0xffffffffu, p, i);
-                        const float* v = values + uint64_t(base + int32_t(i)) * hd + d0;
+                        const KvT* v = values + uint64_t(base + int32_t(i)) * hd + d0;
 #pragma unroll
                         for (uint32_t k = 0; k < kDimsPerLane; ++k)
-                            if (d0 + lane + 32 * k < hd) o[k] += p_i * v[lane + 32 * k];
+                            if (d0 + lane + 32 * k < hd) o[k] += p_i * dev::kv_load(v, lane + 32 * k);
                     }
                 }
                 float* out = ctx.f32(a.out_off) + uint64_t(j) * q_dim + uint64_t(h) * hd + d0;

@@ -42,10 +42,10 @@ struct AttnRowsOp {
     static std::vector<uint32_t> weights(const Instruction&) { return {}; }
     static PagePlan page_plan(const Instruction&, const PlanInputs&) { return {}; }
     // Cost at a nominal 512-token context (as attn_partial): each query reads its keys and values once.
-    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat*) {
+    static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat*) {
         auto a = decode_args<AttnRowsArgs>(ins);
         const uint64_t positions = 512;
-        return {0, 2 * 4 * positions * a.head_dim, 4 * positions * a.head_dim * a.group * a.n_q};
+        return {0, 2ull * dims.kv_bytes() * positions * a.head_dim, 4 * positions * a.head_dim * a.group * a.n_q};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

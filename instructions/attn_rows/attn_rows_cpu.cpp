@@ -79,8 +79,11 @@ MK_ATTN_AVX2 void attend_avx2(const float* q, const float* keys, const float* va
 void AttnRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<AttnRowsArgs>(ins);
     const uint32_t n = step_tokens(*ctx.step, a.n_tok), q_dim = ctx.dims->q_dim(), hd = a.head_dim;
-    const float* keys = ctx.k_head(a.layer, a.kv_head);
-    const float* values = ctx.v_head(a.layer, a.kv_head);
+    // Rows 0..pos+n-1 (a bf16 cache widened once per instruction, not per query).
+    thread_local std::vector<float> k_widened, v_widened;
+    const int32_t n_rows = ctx.step->pos + int32_t(n);
+    const float* keys = ctx.kv_rows(Space::k_cache, a.layer, a.kv_head, 0, n_rows, k_widened);
+    const float* values = ctx.kv_rows(Space::v_cache, a.layer, a.kv_head, 0, n_rows, v_widened);
     const float scale = 1.0f / std::sqrt(float(hd));
     auto attend = attend_scalar;
 #if defined(__x86_64__)

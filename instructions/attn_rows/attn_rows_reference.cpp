@@ -47,16 +47,19 @@ std::vector<Expected> AttnRowsOp::reference(const Instruction& ins, const OpBuff
 
 std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
     struct Shape { uint32_t kv_head, q_begin, n_q, n_tok, n; int32_t pos; };
-    const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = 6, .n_kv_heads = 2, .head_dim = 32};
     std::vector<OpCase> out;
+    for (const KvType kv_type : {KvType::f32, KvType::bf16})
     for (const Shape& s : {Shape{0, 0, 4, 4, 4, 0}, Shape{1, 2, 3, 6, 6, 7}, Shape{1, 3, 3, 6, 4, 11}}) {
+        const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = 6, .n_kv_heads = 2, .head_dim = 32,
+                             .kv_type = uint32_t(kv_type)};
         CaseBuilder c(dims, seed++);
         c.caches(24);
         c.buffers().step.pos = s.pos;
         c.buffers().step.n_tokens = int32_t(s.n);
         const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim()), o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
-        out.push_back(c.finish(fmt::format("attn_rows kv{} queries [{}, {}) of {} tokens ({} run) at pos {}", s.kv_head,
-                                           s.q_begin, s.q_begin + s.n_q, s.n_tok, s.n, s.pos),
+        out.push_back(c.finish(fmt::format("attn_rows kv{} queries [{}, {}) of {} tokens ({} run) at pos {}, {} cache",
+                                           s.kv_head, s.q_begin, s.q_begin + s.n_q, s.n_tok, s.n, s.pos,
+                                           kv_type_name(dims.kv_type)),
                                make_instruction<AttnRowsOp>({1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim,
                                                              dims.group_size(), s.n_tok})));
     }

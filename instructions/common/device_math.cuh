@@ -61,6 +61,24 @@ __device__ inline float2 bf162_bits_to_f2(uint32_t w) {
     return {__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)};
 }
 
+// KV-cache elements (ModelDims::kv_type): fp32, or bf16 widened on load and rounded to nearest even on store
+// (models/quant.cpp's f32_to_bf16 bit for bit, so the CPU and the device store the same bits).
+__device__ inline float kv_load(const float* row, uint32_t i) { return row[i]; }
+__device__ inline float kv_load(const uint16_t* row, uint32_t i) { return bf16_to_f32(row[i]); }
+__device__ inline float4 kv_load4(const float* p) { return load_f4(p); }
+__device__ inline float4 kv_load4(const uint16_t* p) {  // 8-byte aligned: 4 bf16
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    const float2 lo = bf162_bits_to_f2(w.x), hi = bf162_bits_to_f2(w.y);
+    return {lo.x, lo.y, hi.x, hi.y};
+}
+__device__ inline uint16_t f32_to_bf16(float f) {
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
+    return uint16_t((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+__device__ inline void kv_store(float* p, float v) { *p = v; }
+__device__ inline void kv_store(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
 // Element i of a row, any supported format; NaN for a format the device does not decode (the host
 // rejects those before upload).
 __device__ inline float dequantize_element(uint32_t dtype, const uint8_t* row, uint32_t i) {

@@ -17,12 +17,18 @@ struct RmsQkvDevice {
         dev::rms_norm(ctx.f32(a.x_off), reinterpret_cast<const float*>(ctx.weights[a.norm].data), ctx.dims.norm_eps,
                       a.d_model, xn, team, dev::reduce_scratch(ctx));
 
-        // Output i (row row_begin + i): element row % hd of head row / hd.
-        auto out = [&](uint32_t i) -> float* {
+        // Output i (row row_begin + i): element row % hd of head row / hd. A bf16 cache's K/V rows are
+        // finished in fp32 in the scratch after xn (the host keeps such blocks within kMaxStagedKvRows) and
+        // rounded once when stored, as the CPU does.
+        const bool staged = kind != QkvKind::q && ctx.dims.kv_type == uint32_t(KvType::bf16);
+        auto cache_index = [&](uint32_t i) {
             const uint32_t row = a.row_begin + i;
-            if (kind == QkvKind::q) return ctx.f32(a.q_off) + row;
-            float* cache = kind == QkvKind::k ? ctx.k_cache : ctx.v_cache;
-            return cache + ctx.cache_offset(a.layer, row / hd) + uint64_t(ctx.pos) * hd + row % hd;
+            return ctx.cache_offset(a.layer, row / hd) + uint64_t(ctx.pos) * hd + row % hd;
+        };
+        auto out = [&](uint32_t i) -> float* {
+            if (kind == QkvKind::q) return ctx.f32(a.q_off) + a.row_begin + i;
+            if (staged) return xn + a.d_model + i;
+            return static_cast<float*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache) + cache_index(i);
         };
         dev::for_each_row_dot(ctx, team, tiles, xn, a.d_model, [&](const DeviceTile&, uint32_t row, float dot) {
             if (team.lane() == 0) *out(row - a.row_begin) = dot;
@@ -31,6 +37,11 @@ struct RmsQkvDevice {
 
         finish(ctx, team, kind, a.row_begin, a.n_rows, hd, a.bias, a.qk_norm, 1, ctx.pos,
                [&](uint32_t, uint32_t i) { return out(i); });
+        if (!staged) return;
+        team.sync();  // every staged row is finished
+        uint16_t* cache = static_cast<uint16_t*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache);
+        for (uint32_t i = team.rank; i < a.n_rows; i += team.size) dev::kv_store(cache + cache_index(i), *out(i));
+        team.sync();  // the scratch is free when run returns
     }
 
     // Bias, QK-norm and RoPE over a block's outputs for n tokens, in place: out(j, i) is token j's output i (row

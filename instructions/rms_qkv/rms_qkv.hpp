@@ -8,6 +8,11 @@ namespace mk {
 
 enum class QkvKind : uint32_t { q = 0, k = 1, v = 2 };
 
+// With a bf16 KV cache the device finishes a K/V block's rows in fp32 in the scratch after the normalized
+// input (op_scratch_bytes leaves 1024 - 64 floats there) and rounds each once when storing, so such blocks
+// hold at most this many rows (the graph splits them so; accesses() refuses more).
+inline constexpr uint32_t kMaxStagedKvRows = 512;
+
 struct RmsQkvArgs {
     uint32_t layer;
     uint32_t kind;        // QkvKind
@@ -34,6 +39,7 @@ struct RmsQkvOp {
             uint64_t begin = a.q_off + 4ull * a.row_begin;
             out.push_back({Space::arena, begin, begin + 4ull * a.n_rows, true});
         } else {
+            if (dims.kv_type == uint32_t(KvType::bf16) && a.n_rows > kMaxStagedKvRows) fail_staged_rows(a);
             uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + a.row_begin;
             Space space = QkvKind(a.kind) == QkvKind::k ? Space::k_cache : Space::v_cache;
             out.push_back({space, slot, slot + a.n_rows, true, PosMode::at_pos});
@@ -51,10 +57,11 @@ struct RmsQkvOp {
         auto a = decode_args<RmsQkvArgs>(ins);
         return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
-    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
+    static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat* w) {
         auto a = decode_args<RmsQkvArgs>(ins);
         uint64_t rows = a.n_rows;
-        return {rows * w[a.weight].row_bytes, 4ull * (a.d_model + rows), 2 * rows * a.d_model};
+        const uint64_t out_bytes = QkvKind(a.kind) == QkvKind::q ? 4 : dims.kv_bytes();  // K/V: the cache's type
+        return {rows * w[a.weight].row_bytes, 4ull * a.d_model + out_bytes * rows, 2 * rows * a.d_model};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     // The float64 reference and its generated cases (rms_qkv_reference.cpp), checked by tests/instructions/.
@@ -66,6 +73,7 @@ struct RmsQkvOp {
                                               int32_t pos);
     static std::vector<OpCase> cases(uint64_t seed);
     static std::string describe(const Instruction& ins);  // beside run_cpu: fmt stays out of device code
+    [[noreturn]] static void fail_staged_rows(const RmsQkvArgs& a);
 };
 
 }  // namespace mk

@@ -48,9 +48,14 @@ void RmsQkvOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     }
     for (uint32_t i = 0; i < a.n_rows; ++i) {
         const uint32_t row = a.row_begin + i;
-        float* cache = kind == QkvKind::k ? ctx.k_head(a.layer, row / hd) : ctx.v_head(a.layer, row / hd);
-        cache[size_t(ctx.step->pos) * hd + row % hd] = out[i];
+        ctx.store_kv(kind == QkvKind::k ? Space::k_cache : Space::v_cache, a.layer, row / hd, ctx.step->pos, row % hd,
+                     out[i]);
     }
+}
+
+void RmsQkvOp::fail_staged_rows(const RmsQkvArgs& a) {
+    fail("rms_qkv L{} {} rows [{}, {}): a bf16 KV cache's blocks hold at most {} rows", a.layer, "qkv"[a.kind % 3],
+         a.row_begin, a.row_begin + a.n_rows, kMaxStagedKvRows);
 }
 
 std::string RmsQkvOp::describe(const Instruction& ins) {

@@ -46,10 +46,10 @@ std::vector<Expected> RmsQkvOp::reference(const Instruction& ins, const OpBuffer
     std::vector<Expected> cache;  // one run per KV head the block touches
     for (uint32_t r = 0; r < a.n_rows;) {
         const uint32_t row = a.row_begin + r, n = std::min(a.n_rows - r, hd - row % hd);
-        cache.push_back({fmt::format("{} cache head {}", kind == QkvKind::k ? "K" : "V", row / hd),
-                         kind == QkvKind::k ? Space::k_cache : Space::v_cache,
-                         b.cache_index(a.layer, row / hd, b.step.pos) + row % hd,
-                         std::vector<double>(out.begin() + r, out.begin() + r + n)});
+        cache.push_back(ref_kv_store(b, fmt::format("{} cache head {}", kind == QkvKind::k ? "K" : "V", row / hd),
+                                     kind == QkvKind::k ? Space::k_cache : Space::v_cache,
+                                     b.cache_index(a.layer, row / hd, b.step.pos) + row % hd,
+                                     std::vector<double>(out.begin() + r, out.begin() + r + n)));
         r += n;
     }
     return cache;
@@ -61,13 +61,17 @@ std::vector<OpCase> RmsQkvOp::cases(uint64_t seed) {
         uint32_t row_begin, n_rows;
         bool qwen;  // bias and QK-norm (blocks of whole heads)
     };
-    const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32};
     std::vector<OpCase> out;
+    // The K/V stores into a bf16 cache: each K/V shape once (BF16 weights; F16 with bias and QK-norm).
+    for (const KvType kv_type : {KvType::f32, KvType::bf16})
     for (DType dtype : kMatrixFormats)
         for (const Shape& s : {Shape{QkvKind::q, 16, 80, false}, Shape{QkvKind::k, 8, 40, false},
                                Shape{QkvKind::v, 0, 64, false}, Shape{QkvKind::q, 32, 64, true},
                                Shape{QkvKind::k, 32, 32, true}}) {
             if (s.qwen && dtype != DType::F16 && dtype != DType::Q4_K) continue;  // the matrix formats run above
+            if (kv_type == KvType::bf16 && (s.kind == QkvKind::q || dtype != (s.qwen ? DType::F16 : DType::BF16))) continue;
+            const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                                 .kv_type = uint32_t(kv_type)};
             const uint32_t rows = s.kind == QkvKind::q ? dims.q_dim() : dims.kv_dim();
             CaseBuilder c(dims, seed++);
             c.caches(12);
@@ -79,8 +83,9 @@ std::vector<OpCase> RmsQkvOp::cases(uint64_t seed) {
             const uint32_t x = c.activation(dims.d_model), q = c.activation(dims.q_dim());
             const RmsQkvArgs a{1, uint32_t(s.kind), s.row_begin, s.n_rows, x, q, weight, norm, bias, qk_norm,
                                dims.d_model, dims.head_dim};
-            out.push_back(c.finish(fmt::format("rms_qkv {} {} rows [{}, {}){}", dtype_name(dtype), "qkv"[a.kind],
-                                               s.row_begin, s.row_begin + s.n_rows, s.qwen ? " bias qk_norm" : ""),
+            out.push_back(c.finish(fmt::format("rms_qkv {} {} rows [{}, {}){} {} cache", dtype_name(dtype), "qkv"[a.kind],
+                                               s.row_begin, s.row_begin + s.n_rows, s.qwen ? " bias qk_norm" : "",
+                                               kv_type_name(dims.kv_type)),
                                    make_instruction<RmsQkvOp>(a)));
         }
     return out;

@@ -15,11 +15,13 @@ struct RmsQkvRowsDevice {
         const uint32_t hd = a.head_dim, n = dev::step_tokens(ctx, a.n_tok);
         const QkvKind kind = QkvKind(a.kind);
 
-        // Output i (row row_begin + i) of token j: element row % hd of head row / hd.
+        // Output i (row row_begin + i) of token j: element row % hd of head row / hd. An fp32 cache only: K/V are
+        // finished in place (a bf16 cache would need the chunk's rows staged; the CUDA backends refuse prefill
+        // schedules, and the op test's emulator declines the bf16 cases).
         auto out = [&](uint32_t j, uint32_t i) -> float* {
             const uint32_t row = a.row_begin + i;
             if (kind == QkvKind::q) return ctx.f32(a.q_off) + uint64_t(j) * ctx.dims.q_dim() + row;
-            float* cache = kind == QkvKind::k ? ctx.k_cache : ctx.v_cache;
+            float* cache = static_cast<float*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache);
             return cache + ctx.cache_offset(a.layer, row / hd) + uint64_t(ctx.pos + int32_t(j)) * hd + row % hd;
         };
         dev::for_each_row_normed_dot(ctx, team, tiles, ctx.f32(a.x_off), a.norm, a.d_model, n,

@@ -50,10 +50,12 @@ struct RmsQkvRowsOp {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
         return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
-    static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
+    static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat* w) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
         const uint64_t rows = a.n_rows;
-        Cost c{rows * w[a.weight].row_bytes, 4ull * a.n_tok * (a.d_model + rows), 2ull * a.n_tok * rows * a.d_model};
+        const uint64_t out_bytes = QkvKind(a.kind) == QkvKind::q ? 4 : dims.kv_bytes();  // K/V: the cache's type
+        Cost c{rows * w[a.weight].row_bytes, a.n_tok * (4ull * a.d_model + out_bytes * rows),
+               2ull * a.n_tok * rows * a.d_model};
         c.mma_flops = mma_eligible_flops(w[a.weight], a.n_tok, c.flops);
         return c;
     }

@@ -48,8 +48,7 @@ void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
         }
         for (uint32_t i = 0; i < a.n_rows; ++i) {
             const uint32_t row = a.row_begin + i;
-            float* cache = kind == QkvKind::k ? ctx.k_head(a.layer, row / hd) : ctx.v_head(a.layer, row / hd);
-            cache[size_t(pos) * hd + row % hd] = o[i];
+            ctx.store_kv(kind == QkvKind::k ? Space::k_cache : Space::v_cache, a.layer, row / hd, pos, row % hd, o[i]);
         }
     }
 }

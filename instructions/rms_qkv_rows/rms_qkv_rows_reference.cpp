@@ -39,8 +39,9 @@ std::vector<Expected> RmsQkvRowsOp::reference(const Instruction& ins, const OpBu
             std::vector<double> values(out.begin() + r, out.begin() + r + m);
             if (j >= n)
                 for (uint32_t i = 0; i < m; ++i) values[i] = cache[begin + i];
-            result.push_back({fmt::format("{} cache head {} position {}", kind == QkvKind::k ? "K" : "V", row / hd, pos),
-                              kind == QkvKind::k ? Space::k_cache : Space::v_cache, begin, std::move(values)});
+            result.push_back(ref_kv_store(b, fmt::format("{} cache head {} position {}", kind == QkvKind::k ? "K" : "V",
+                                                          row / hd, pos),
+                                          kind == QkvKind::k ? Space::k_cache : Space::v_cache, begin, std::move(values)));
             r += m;
         }
     }
@@ -53,13 +54,16 @@ std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
         uint32_t row_begin, n_rows;
         bool qwen;  // bias and QK-norm (blocks of whole heads)
     };
-    const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32};
     std::vector<OpCase> out;
+    for (const KvType kv_type : {KvType::f32, KvType::bf16})  // bf16: the K/V shapes in BF16 weights
     for (DType dtype : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_1, DType::Q4_K})
         for (const Shape& s : {Shape{QkvKind::q, 16, 80, false}, Shape{QkvKind::k, 8, 40, false},
                                Shape{QkvKind::v, 0, 64, false}, Shape{QkvKind::q, 32, 64, true},
                                Shape{QkvKind::k, 32, 32, true}}) {
             if (s.qwen && dtype != DType::BF16) continue;
+            if (kv_type == KvType::bf16 && (s.kind == QkvKind::q || dtype != DType::BF16)) continue;
+            const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                                 .kv_type = uint32_t(kv_type)};
             const uint32_t rows = s.kind == QkvKind::q ? dims.q_dim() : dims.kv_dim(), n_tok = 4;
             CaseBuilder c(dims, seed++);
             c.caches(16);
@@ -72,9 +76,10 @@ std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
             const uint32_t x = c.activation(uint64_t(n_tok) * dims.d_model), q = c.activation(uint64_t(n_tok) * dims.q_dim());
             const RmsQkvRowsArgs a{1, uint32_t(s.kind), s.row_begin, s.n_rows, x, q, weight, norm, bias, qk_norm,
                                    dims.d_model, dims.head_dim, n_tok};
-            out.push_back(c.finish(fmt::format("rms_qkv_rows {} {} rows [{}, {}){} {} of {} tokens", dtype_name(dtype),
-                                               "qkv"[a.kind], s.row_begin, s.row_begin + s.n_rows,
-                                               s.qwen ? " bias qk_norm" : "", c.buffers().step.n_tokens, n_tok),
+            out.push_back(c.finish(fmt::format("rms_qkv_rows {} {} rows [{}, {}){} {} of {} tokens, {} cache",
+                                               dtype_name(dtype), "qkv"[a.kind], s.row_begin, s.row_begin + s.n_rows,
+                                               s.qwen ? " bias qk_norm" : "", c.buffers().step.n_tokens, n_tok,
+                                               kv_type_name(dims.kv_type)),
                                    make_instruction<RmsQkvRowsOp>(a)));
         }
     return out;

@@ -53,10 +53,11 @@ public:
         ctx_len_ = default_ctx_len(options.ctx_len, model.config);
         if (int64_t(ctx_len_) > model.config.context_length)
             fail("{}: context {} exceeds the model's {}", model.path.string(), ctx_len_, model.config.context_length);
-        const uint64_t cache_floats = uint64_t(d.n_layers) * d.kv_dim() * ctx_len_;
+        const uint64_t cache_elements = uint64_t(d.n_layers) * d.kv_dim() * ctx_len_;
         // vector::assign of more than the machine has is not a bad_alloc under overcommit but an OOM kill
         // while zero-filling, so the budget is checked first. The mapped weights count: a step reads them all.
-        const uint64_t kv_bytes = 2 * 4 * cache_floats;
+        const uint64_t cache_bytes = d.kv_bytes() * cache_elements;
+        const uint64_t kv_bytes = 2 * cache_bytes;
         const uint64_t arena_bytes = schedule.arena_bytes + 4 + (prefill ? prefill->arena_bytes + 4 : 0);
         const uint64_t needed = kv_bytes + arena_bytes + model.total_weight_bytes;
         std::string source;
@@ -73,8 +74,8 @@ public:
                 rank_arenas_[r].assign(region / 4 + 1, 0.0f);
                 rank_bases_.push_back(rank_biased(reinterpret_cast<uint8_t*>(rank_arenas_[r].data()), r * region));
             }
-            k_cache_.assign(cache_floats, 0.0f);
-            v_cache_.assign(cache_floats, 0.0f);
+            k_cache_.assign((cache_bytes + 3) / 4, 0.0f);
+            v_cache_.assign((cache_bytes + 3) / 4, 0.0f);
         } catch (const std::bad_alloc&) {
             fail("{}: cannot allocate the KV cache: {} bytes for context {}", model.path.string(), kv_bytes, ctx_len_);
         }
@@ -164,18 +165,33 @@ public:
         if (n_past > next_pos_) fail("cannot keep {} positions: only {} have run", n_past, next_pos_);
         next_pos_ = n_past;  // rows past n_past are overwritten before anything reads them
     }
+    // The host layout is fp32 whatever the cache stores: a bf16 cache widens on read and rounds on write.
     void read_kv(uint32_t n_past, std::span<float> k, std::span<float> v) const override {
         copy_kv(n_past, k.size(), v.size());
+        const bool bf16 = schedule().dims.kv_type == uint32_t(KvType::bf16);
         for_each_row(n_past, [&](size_t cache, size_t host, size_t n) {
-            std::copy_n(k_cache_.data() + cache, n, k.data() + host);
-            std::copy_n(v_cache_.data() + cache, n, v.data() + host);
+            for (auto [from, to] : {std::pair{k_cache_.data(), k.data()}, std::pair{v_cache_.data(), v.data()}}) {
+                if (!bf16) {
+                    std::copy_n(from + cache, n, to + host);
+                    continue;
+                }
+                const uint16_t* rows = reinterpret_cast<const uint16_t*>(from) + cache;
+                for (size_t i = 0; i < n; ++i) to[host + i] = bf16_to_f32(rows[i]);
+            }
         });
     }
     void write_kv(uint32_t n_past, std::span<const float> k, std::span<const float> v) override {
         copy_kv(n_past, k.size(), v.size());
+        const bool bf16 = schedule().dims.kv_type == uint32_t(KvType::bf16);
         for_each_row(n_past, [&](size_t cache, size_t host, size_t n) {
-            std::copy_n(k.data() + host, n, k_cache_.data() + cache);
-            std::copy_n(v.data() + host, n, v_cache_.data() + cache);
+            for (auto [from, to] : {std::pair{k.data(), k_cache_.data()}, std::pair{v.data(), v_cache_.data()}}) {
+                if (!bf16) {
+                    std::copy_n(from + host, n, to + cache);
+                    continue;
+                }
+                uint16_t* rows = reinterpret_cast<uint16_t*>(to) + cache;
+                for (size_t i = 0; i < n; ++i) rows[i] = f32_to_bf16(from[host + i]);
+            }
         });
         next_pos_ = n_past;
     }
@@ -213,7 +229,7 @@ private:
         if (k_floats != want || v_floats != want)
             fail("KV copy of {} positions: {} and {} floats given, {} expected", n_past, k_floats, v_floats, want);
     }
-    // f(cache offset, host offset, floats) for each (layer, kv head): its first n_past rows of head_dim.
+    // f(cache offset, host offset, elements) for each (layer, kv head): its first n_past rows of head_dim.
     template <typename F>
     void for_each_row(uint32_t n_past, F&& f) const {
         const ModelDims& d = interpreter_->schedule().dims;
@@ -224,8 +240,8 @@ private:
     ModelWeights weights_;
     std::vector<std::vector<float>> rank_arenas_;  // the activation arena of each rank, float-aligned
     std::vector<uint8_t*> rank_bases_;             // ProgramMemory::rank_arenas
-    std::vector<float> k_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
-    std::vector<float> v_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) fp32
+    std::vector<float> k_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type (float-aligned storage)
+    std::vector<float> v_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type (float-aligned storage)
     uint32_t ctx_len_ = 0;
     uint32_t epoch_ = 0;
     uint32_t next_pos_ = 0;

@@ -174,7 +174,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     ProgramMemory memory;
     memory.arena = stand_in;
     memory.weights = bound.refs.data();
-    memory.k_cache = memory.v_cache = reinterpret_cast<float*>(stand_in);
+    memory.k_cache = memory.v_cache = stand_in;
     memory.ctx_len = s.ctx_len;
     memory.rope_inv_freq = bound.rope_inv_freq.data();
     s.prepared = prepare_schedule(s.schedule, memory, /*check_pages=*/true, /*keep_accesses=*/false);
@@ -207,7 +207,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     // Activations, caches and counters: one set, or one per rank, each base biased by its region's start.
     const uint32_t n_sets = placement.layout == RankLayout::separate ? tp : 1;
     const uint32_t set_ranks = placement.layout == RankLayout::shared ? 1 : tp;  // ranks whose memory splits
-    const uint64_t cache_bytes = 4ull * d.n_layers * d.kv_dim() * s.ctx_len / set_ranks;
+    const uint64_t cache_bytes = uint64_t(d.kv_bytes()) * d.n_layers * d.kv_dim() * s.ctx_len / set_ranks;
     const uint64_t arena_bytes = s.schedule.arena_bytes / set_ranks;
     const uint64_t counter_bytes = exchange_counter_bytes(s.schedule);
     const uint64_t needed = blob.bytes.size() + n_sets * (2 * cache_bytes + arena_bytes + counter_bytes) +
@@ -237,8 +237,8 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
         }
         b.k_cache = DeviceBuffer(cache_bytes, "K cache");
         b.v_cache = DeviceBuffer(cache_bytes, "V cache");
-        s.rank_memory.push_back({rank_biased(arena, r * arena_bytes), rank_biased(b.k_cache.as<float>(), r * cache_bytes),
-                                 rank_biased(b.v_cache.as<float>(), r * cache_bytes), counters});
+        s.rank_memory.push_back({rank_biased(arena, r * arena_bytes), rank_biased(b.k_cache.as<uint8_t>(), r * cache_bytes),
+                                 rank_biased(b.v_cache.as<uint8_t>(), r * cache_bytes), counters});
     }
     // Shared: every rank's bases are the same. One rank: its peers' entries come from set_peer.
     while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);

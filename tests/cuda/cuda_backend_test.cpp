@@ -44,11 +44,12 @@ Model synthetic(const std::string& spec) {
 }
 
 std::unique_ptr<Program> program_for(const Model& model, const std::string& backend, bool stepwise = false,
-                                     bool graph = false) {
+                                     bool graph = false, const std::string& kv_type = "") {
     api::BackendOptions o;
     o.backend = test::cuda_backend(backend);
     o.stepwise = stepwise;
     o.graph = graph;
+    o.kv_type = kv_type;
     o.ctx_len = 512;
     o.threads = std::max(1u, std::thread::hardware_concurrency());
     o.cpu_dots = "exact";  // the CPU reference in fp32, as the GPU computes
@@ -93,6 +94,15 @@ void check_against(const std::vector<std::vector<float>>& got, const std::vector
     }
     WARN(what << ": worst rel. L2 vs CPU " << worst);
 }
+
+// The four CUDA modes the forward tests run.
+struct Mode {
+    const char* name;
+    const char* backend;
+    bool stepwise, graph;
+};
+constexpr Mode kModes[] = {{"resident", "cuda", false, false}, {"stepwise", "cuda", true, false},
+                           {"kernels", "cuda-kernels", false, false}, {"graph", "cuda-kernels", false, true}};
 
 }  // namespace
 
@@ -161,15 +171,34 @@ TEST_CASE("CUDA forward: every CUDA mode matches the CPU backend, teacher-forced
         const std::vector<int32_t> tokens = test_tokens(model, test::device_or_emu(12, 4));
         auto cpu = program_for(model, "cpu");
         const auto want = teacher_forced(*cpu, tokens);
-        struct Mode {
-            const char* name;
-            const char* backend;
-            bool stepwise, graph;
-        };
-        for (const Mode& m : {Mode{"resident", "cuda", false, false}, Mode{"stepwise", "cuda", true, false},
-                              Mode{"kernels", "cuda-kernels", false, false}, Mode{"graph", "cuda-kernels", false, true}}) {
+        for (const Mode& m : kModes) {
             auto gpu = program_for(model, m.backend, m.stepwise, m.graph);
             check_against(teacher_forced(*gpu, tokens), want, 1e-2, spec + " " + m.name);
+        }
+    }
+}
+
+// A bf16 KV cache (--kv-type bf16) in every CUDA mode against the CPU backend's bf16 cache: the same greedy
+// tokens where the margin is clear and logits within 1e-2 (rel. L2; K and V are rounded to bf16 on both sides,
+// and a value summed in another order may round the other way). The bf16 cache must change the logits against
+// the f32 one, or the type never reached the ops.
+TEST_CASE("CUDA forward: a bf16 KV cache matches the CPU's bf16 cache in every CUDA mode", "[cuda][forward][kv]") {
+    const std::vector<std::string> specs = test::device_or_emu<std::vector<std::string>>(
+        {"synthetic:llama-3.2-1b:bf16:layers=4:seed=27", "synthetic:smollm2-135m:q8_0:layers=6:seed=28"},
+        {"synthetic:tiny-llama:bf16:seed=27", "synthetic:tiny-qwen3:f16:seed=28"});
+    for (const std::string& spec : specs) {
+        Model model = synthetic(spec);
+        const std::vector<int32_t> tokens = test_tokens(model, test::device_or_emu(12, 4));
+        auto cpu = program_for(model, "cpu", false, false, "bf16");
+        REQUIRE(cpu->schedule().dims.kv_type == uint32_t(KvType::bf16));
+        const auto want = teacher_forced(*cpu, tokens);
+        auto cpu_f32 = program_for(model, "cpu");
+        const auto f32 = teacher_forced(*cpu_f32, tokens);
+        CHECK(test::rel_l2(want.back(), f32.back()) > 0.0);
+        for (const Mode& m : kModes) {
+            auto gpu = program_for(model, m.backend, m.stepwise, m.graph, "bf16");
+            REQUIRE(gpu->schedule().dims.kv_type == uint32_t(KvType::bf16));
+            check_against(teacher_forced(*gpu, tokens), want, 1e-2, spec + " bf16 KV " + m.name);
         }
     }
 }

@@ -34,6 +34,8 @@ public:
     std::string name() const override { return "cuda-emu"; }
     bool accepts(const Instruction& ins, const OpBuffers& b) const override {
         if (!has_device_code(ins.opcode)) return false;  // an MK_HOST_OP runs on the CPU only
+        // rms_qkv_rows' device code stores an fp32 cache only (the CUDA backends run no prefill schedule yet).
+        if (ins.opcode == uint16_t(Opcode::rms_qkv_rows) && b.dims.kv_type == uint32_t(KvType::bf16)) return false;
         for (size_t id = 0; id < b.formats.size(); ++id)
             if (!b.weights[id].empty() && !device_supports(DType(b.formats[id].dtype))) return false;
         return true;
@@ -72,11 +74,11 @@ public:
         const DeviceBuffer tile_begin_dev = upload(std::vector<uint32_t>{0, uint32_t(tiles.size())}, "tile index");
         const DeviceBuffer ins_dev = upload(std::vector<Instruction>{ins}, "instruction");
 
-        const DeviceBuffer arena = upload(b.arena, "arena"), k_cache = upload(b.k_cache, "K cache"),
-                           v_cache = upload(b.v_cache, "V cache"), rope = upload(b.rope_inv_freq, "rope");
+        const DeviceBuffer arena = upload(b.arena, "arena"), k_cache = upload(b.stored_cache(Space::k_cache), "K cache"),
+                           v_cache = upload(b.stored_cache(Space::v_cache), "V cache"), rope = upload(b.rope_inv_freq, "rope");
         // One allocation holds every rank's region, so every rank's entry holds the same bases.
-        const std::vector<RankMemory> ranks(b.n_ranks, RankMemory{arena.as<uint8_t>(), k_cache.as<float>(),
-                                                                  v_cache.as<float>(), nullptr});
+        const std::vector<RankMemory> ranks(b.n_ranks, RankMemory{arena.as<uint8_t>(), k_cache.as<void>(),
+                                                                  v_cache.as<void>(), nullptr});
         const DeviceBuffer ranks_dev = upload(ranks, "rank table");
         const DeviceBuffer step = upload(std::vector<int32_t>{b.step.pos, b.step.token, b.step.n_tokens}, "step state");
 
@@ -90,8 +92,8 @@ public:
         l.ctx.arena = arena.as<uint8_t>();
         l.ctx.ranks = ranks_dev.as<RankMemory>();
         l.ctx.weights = weights_dev.as<DeviceWeight>();
-        l.ctx.k_cache = k_cache.as<float>();
-        l.ctx.v_cache = v_cache.as<float>();
+        l.ctx.k_cache = k_cache.as<void>();
+        l.ctx.v_cache = v_cache.as<void>();
         l.ctx.ctx_len = b.ctx_len;
         l.step_state = step.as<int32_t>();
         l.count = 1;
@@ -100,8 +102,11 @@ public:
         check_cuda(launch_instruction_batch(l, nullptr), "launching the op on the emulator");
         check_cuda(cudaDeviceSynchronize(), "running the op on the emulator");
         download(b.arena, arena, "arena");
-        download(b.k_cache, k_cache, "K cache");
-        download(b.v_cache, v_cache, "V cache");
+        for (const auto& [space, cache] : {std::pair{Space::k_cache, &k_cache}, std::pair{Space::v_cache, &v_cache}}) {
+            std::vector<uint8_t> stored = b.stored_cache(space);
+            download(stored, *cache, space == Space::k_cache ? "K cache" : "V cache");
+            b.load_stored_cache(space, stored.data());
+        }
     }
 };
 

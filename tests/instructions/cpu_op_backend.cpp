@@ -35,8 +35,9 @@ public:
         ctx.arena = b.arena.data();
         ctx.rank_arenas = ranks.data();
         ctx.weights = weights.data();
-        ctx.k_cache = b.k_cache.data();
-        ctx.v_cache = b.v_cache.data();
+        std::vector<uint8_t> k_cache = b.stored_cache(Space::k_cache), v_cache = b.stored_cache(Space::v_cache);
+        ctx.k_cache = k_cache.data();
+        ctx.v_cache = v_cache.data();
         ctx.ctx_len = b.ctx_len;
         ctx.step = &b.step;
         ctx.plan = &plan;
@@ -44,6 +45,8 @@ public:
         ctx.dots = dots_;
         op.run_cpu(ins, ctx);
         tiles.end();
+        b.load_stored_cache(Space::k_cache, k_cache.data());
+        b.load_stored_cache(Space::v_cache, v_cache.data());
     }
 
 private:

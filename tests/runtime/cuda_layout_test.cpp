@@ -56,7 +56,7 @@ struct Prepared {
         ProgramMemory memory;
         memory.arena = stand_in.data();
         memory.weights = weights.refs.data();
-        memory.k_cache = memory.v_cache = reinterpret_cast<float*>(stand_in.data());
+        memory.k_cache = memory.v_cache = stand_in.data();
         memory.ctx_len = 16;
         memory.rope_inv_freq = weights.rope_inv_freq.data();
         schedule = prepare_schedule(s, memory, true, false);

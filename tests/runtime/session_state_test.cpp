@@ -80,22 +80,28 @@ TEST_CASE("Session state: truncate keeps a prefix and the next tokens see only i
     CHECK_THROWS_AS(s.truncate(-1), mk::Error);
 }
 
+// Both KV-cache types: a bf16 cache is saved widened to fp32 and rounded back exactly on load.
 TEST_CASE("Session state: save, load in a new session, continue as if never stopped", "[cpu]") {
     Model model = Model::load(tiny_llama());
     const std::string path = temp_file("state_roundtrip.mkstate");
-    Session original = model.new_session();
-    original.generate("the state of things", greedy(5, false));
-    original.save(path);
-    const GenerateResult went_on = original.generate(model.tokenize(" then", false), greedy(10, true));
+    for (const char* kv_type : {"f32", "bf16"}) {
+        INFO("KV cache " << kv_type);
+        BackendOptions options;
+        options.kv_type = kv_type;
+        Session original = model.new_session(options);
+        original.generate("the state of things", greedy(5, false));
+        original.save(path);
+        const GenerateResult went_on = original.generate(model.tokenize(" then", false), greedy(10, true));
 
-    Session restored = model.new_session();
-    restored.load(path);
-    CHECK(restored.n_past() == went_on.n_past - int32_t(went_on.n_prompt) - 9);
-    CHECK_THROWS_AS(restored.logits(), mk::Error);  // nothing has run in this session yet
-    const GenerateResult resumed = restored.generate(model.tokenize(" then", false), greedy(10, true));
-    CHECK(resumed.tokens == went_on.tokens);
-    CHECK(restored.tokens() == original.tokens());
-    fs::remove(path);
+        Session restored = model.new_session(options);
+        restored.load(path);
+        CHECK(restored.n_past() == went_on.n_past - int32_t(went_on.n_prompt) - 9);
+        CHECK_THROWS_AS(restored.logits(), mk::Error);  // nothing has run in this session yet
+        const GenerateResult resumed = restored.generate(model.tokenize(" then", false), greedy(10, true));
+        CHECK(resumed.tokens == went_on.tokens);
+        CHECK(restored.tokens() == original.tokens());
+        fs::remove(path);
+    }
 }
 
 TEST_CASE("Session state: a state for another model, context or schedule is refused by name", "[cpu]") {

@@ -23,9 +23,9 @@
 namespace mk {
 namespace {
 
-Schedule tp_schedule(const Model& model, const Target& target, uint32_t tp) {
+Schedule tp_schedule(const Model& model, const Target& target, uint32_t tp, KvType kv_type = KvType::f32) {
     const auto formats = tp_weight_formats(weight_formats(model), model_dims(model.config), tp);
-    Schedule s = compile_schedule(model.config, formats, target, Policy::critical_path, tp);
+    Schedule s = compile_schedule(model.config, formats, target, Policy::critical_path, tp, kv_type);
     const VerifyReport report = verify(s);  // every TP schedule the scheduler produces must verify
     INFO("tp " << tp << ": " << report.summary());
     REQUIRE(report.ok);
@@ -69,12 +69,13 @@ std::vector<int32_t> greedy_inputs(const Model& model, const Target& target, std
 }
 
 void check_tp_matches_tp1(const Model& model, const Target& target, const std::vector<int32_t>& inputs,
-                          std::initializer_list<uint32_t> tps, CpuDots dots = CpuDots::exact) {
+                          std::initializer_list<uint32_t> tps, CpuDots dots = CpuDots::exact,
+                          KvType kv_type = KvType::f32) {
     ProgramOptions o;
     o.dots = dots;
-    const Run one = run(model, tp_schedule(model, target, 1), inputs, o);
+    const Run one = run(model, tp_schedule(model, target, 1, kv_type), inputs, o);
     for (uint32_t tp : tps) {
-        const Run many = run(model, tp_schedule(model, target, tp), inputs, o);
+        const Run many = run(model, tp_schedule(model, target, tp, kv_type), inputs, o);
         for (size_t p = 0; p < inputs.size(); ++p) {
             INFO("tp " << tp << ", step " << p);
             // q16 re-quantizes activations whose partial sums were added in another order: TP agrees with
@@ -114,6 +115,14 @@ TEST_CASE("TP=2 and TP=3 match TP=1 on a synthetic model in every block format",
         const auto inputs = greedy_inputs(model, target_custom(5, 232448), {1, 17, 400, 999, 3}, 5);
         check_tp_matches_tp1(model, target_custom(5, 232448), inputs, {2, 3});
     }
+}
+
+// Each rank writes and reads its own KV heads' bf16 rows, rounded from the same fp32 values as TP 1's.
+TEST_CASE("TP=2 and TP=3 with a bf16 KV cache match TP=1's bf16 cache", "[cpu][tp]") {
+    Model model = synthetic(fmt::format(fmt::runtime(std::string("synthetic:") + kSplitShape + ":seed=22"), "bf16"),
+                            "tp_split_kv_bf16.gguf");
+    const auto inputs = greedy_inputs(model, target_custom(5, 232448), {1, 17, 400, 999, 3}, 5);
+    check_tp_matches_tp1(model, target_custom(5, 232448), inputs, {2, 3}, CpuDots::exact, KvType::bf16);
 }
 
 TEST_CASE("one rank's weights bind as the whole schedule's, the others' as placeholders", "[cpu][tp]") {

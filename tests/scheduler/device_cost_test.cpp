@@ -188,4 +188,32 @@ TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
     CHECK(device_flops_ns(c, t, m) == Approx(200.0 / 10.0 + 1000.0 / 100.0));
     m.sm_tensor_gflops = 0.0;  // no tensor cores: every flop on the CUDA cores
     CHECK(device_flops_ns(c, t, m) == Approx(120.0));
+
+// The KV cache's type prices attention's K/V bytes: the op's cost (the ideal model, the list scheduler) and the
+// device model's byte floor halve with a bf16 cache, and rms_qkv's K/V stores with it.
+TEST_CASE("device cost: a bf16 KV cache halves attention's K/V bytes", "[cpu]") {
+    Schedule s = tiny_schedule(2, 1);
+    s.target.bandwidth_gbs = 2.0;  // 1 byte/ns per SM
+    const Instruction attn = make_instruction<AttnPartialOp>(AttnPartialArgs{0, 0, 0, 1, 0, 0, 0, 2, 1});
+    const Instruction k_rows = make_instruction<RmsQkvOp>(RmsQkvArgs{0, 1, 0, 2, 0, 0, 0, 0, kNoWeight, kNoWeight, 4, 2});
+    DeviceModel m = round_model();
+    m.code.attn_heads_serial = false;
+    m.code.attn_positions_per_trip = 224;
+    m.code.attn_trip_load_rounds = 1;
+    m.code.attn_trip_shuffles = 0;
+    // Position 1023: 5 trips of 510 ns, under the K/V bytes 2 x 4 x 1024 x 2 = 16384 (f32) or 8192 (bf16) at
+    // 1 byte/ns; + the merge's 2 barriers.
+    const OpInfo& attn_op = op_info(attn.opcode);
+    const OpInfo& qkv_op = op_info(k_rows.opcode);
+    const Cost attn_f32 = attn_op.cost(attn, s.dims, s.weights.data());
+    const Cost qkv_f32 = qkv_op.cost(k_rows, s.dims, s.weights.data());
+    CHECK(device_instruction_time(s, attn, 1023, m).consume_ns == Approx(16384.0 + 20.0));
+    s.dims.kv_type = uint32_t(KvType::bf16);
+    CHECK(device_instruction_time(s, attn, 1023, m).consume_ns == Approx(8192.0 + 20.0));
+    const Cost attn_bf16 = attn_op.cost(attn, s.dims, s.weights.data());
+    CHECK(attn_bf16.activation_bytes * 2 == attn_f32.activation_bytes);
+    CHECK(attn_bf16.flops == attn_f32.flops);
+    // rms_qkv: the d_model fp32 input (16 bytes) and two K elements, 4 bytes each or 2.
+    CHECK(qkv_f32.activation_bytes == 16 + 8);
+    CHECK(qkv_op.cost(k_rows, s.dims, s.weights.data()).activation_bytes == 16 + 4);
 }

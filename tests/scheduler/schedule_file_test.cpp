@@ -22,6 +22,7 @@ Schedule sample() {
     s.dims.norm_eps = 1e-6f;
     s.dims.qkv_bias = 1;
     s.dims.qk_norm = 1;
+    s.dims.kv_type = uint32_t(KvType::bf16);
     s.config_hash = 0xfedcba9876543210ull;
     s.rank_arena_bytes = 12345;
     s.target.link_ns = 777.0;
@@ -150,6 +151,16 @@ TEST_CASE("every flipped byte of a schedule file is refused", "[cpu]") {
     CHECK_THROWS_WITH(parse_schedule(bad.data(), bad.size(), "flip.mks"), "flip.mks: not an mk schedule (bad magic)");
 }
 
+TEST_CASE("a KV-cache type this build does not know is refused in one line", "[cpu]") {
+    Schedule s = sample();
+    const std::vector<uint8_t> good = serialize_schedule(s);
+    REQUIRE(parse_schedule(good.data(), good.size(), "kv.mks").dims.kv_type == uint32_t(KvType::bf16));
+    s.dims.kv_type = 7;
+    const std::vector<uint8_t> bad = serialize_schedule(s);
+    CHECK_THROWS_WITH(parse_schedule(bad.data(), bad.size(), "kv.mks"),
+                      "kv.mks: KV-cache type 7 is not one this build knows (0 f32, 1 bf16); compile the schedule again");
+}
+
 TEST_CASE("another version, absurd counts and trailing bytes are refused by name", "[cpu]") {
     const std::vector<uint8_t> good = serialize_schedule(sample());
     std::vector<uint8_t> bad = good;
@@ -168,7 +179,7 @@ TEST_CASE("another version, absurd counts and trailing bytes are refused by name
                       "big.mks: target name is 2147483657 bytes long, more than 65536 (corrupt file)");
 
     // The weight count follows the fixed-size header fields; claim far more weights than bytes left.
-    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 6 * 8 + 7 * 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 +
+    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 6 * 8 + 7 * 4 + 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 +
                               13 /* "critical-path" */ + 4 + 4;
     bad = good;
     REQUIRE(bad[weights_at] == n_weight_ids(1));

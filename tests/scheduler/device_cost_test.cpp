@@ -188,6 +188,7 @@ TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
     CHECK(device_flops_ns(c, t, m) == Approx(200.0 / 10.0 + 1000.0 / 100.0));
     m.sm_tensor_gflops = 0.0;  // no tensor cores: every flop on the CUDA cores
     CHECK(device_flops_ns(c, t, m) == Approx(120.0));
+}
 
 // The KV cache's type prices attention's K/V bytes: the op's cost (the ideal model, the list scheduler) and the
 // device model's byte floor halve with a bf16 cache, and rms_qkv's K/V stores with it.

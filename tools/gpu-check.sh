@@ -437,8 +437,11 @@ if ((dry_run)); then
     for f in --backend cuda-kernels --stepwise --graph --watchdog-ms --trace; do
       grep -q -- "$f" <<<"$help" || { echo "mk bench --help does not mention $f"; return 1; }
     done
-    "$mk" generate --help | grep -q -- --watchdog-ms || { echo "mk generate --help lacks --watchdog-ms"; return 1; }
-    "$mk" generate --help | grep -q -- --tp-loopback || { echo "mk generate --help lacks --tp-loopback"; return 1; }
+    # Captured first: `mk ... --help | grep -q` under pipefail fails when grep exits before mk's last write
+    # (SIGPIPE), which the help text, past 4 KiB since --kv-type, now makes likely.
+    help=$("$mk" generate --help) || return 1
+    grep -q -- --watchdog-ms <<<"$help" || { echo "mk generate --help lacks --watchdog-ms"; return 1; }
+    grep -q -- --tp-loopback <<<"$help" || { echo "mk generate --help lacks --tp-loopback"; return 1; }
     # A bad value is refused by the parser, before any model is opened.
     if "$mk" bench --backend no-such-backend -m /nonexistent >/dev/null 2>&1; then
       echo "mk accepted --backend no-such-backend"; return 1

@@ -130,7 +130,7 @@ std::vector<uint8_t> OpBuffers::stored_cache(Space space) const {
     const std::vector<float>& values = space == Space::k_cache ? k_cache : v_cache;
     std::vector<uint8_t> out(values.size() * dims.kv_bytes());
     if (dims.kv_type != uint32_t(KvType::bf16)) {
-        std::memcpy(out.data(), values.data(), out.size());
+        if (!out.empty()) std::memcpy(out.data(), values.data(), out.size());  // an op without a cache: no pointers
         return out;
     }
     for (size_t i = 0; i < values.size(); ++i) {
@@ -143,7 +143,7 @@ std::vector<uint8_t> OpBuffers::stored_cache(Space space) const {
 void OpBuffers::load_stored_cache(Space space, const uint8_t* bytes) {
     std::vector<float>& values = space == Space::k_cache ? k_cache : v_cache;
     if (dims.kv_type != uint32_t(KvType::bf16)) {
-        std::memcpy(values.data(), bytes, 4 * values.size());
+        if (!values.empty()) std::memcpy(values.data(), bytes, 4 * values.size());
         return;
     }
     for (size_t i = 0; i < values.size(); ++i) {

@@ -115,10 +115,10 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             cost[offset[sm] + i] = cost_at(s, ins, options.position);
             const bool free = options.free_exchange && op_info(ins.opcode).effects(ins).writes_peer();
             free_exchange[offset[sm] + i] = free;
+            // The device model's instructions run through their SM's loader (SmLoader::run), the ideal model's
+            // for a fixed duration.
             if (options.device) parts[offset[sm] + i] = device_instruction_time(s, ins, options.position, *options.device);
-            duration[offset[sm] + i] = free                ? 0.0
-                                       : options.device ? parts[offset[sm] + i].total_ns()
-                                                        : node_duration_ns(cost[offset[sm] + i], target);
+            else duration[offset[sm] + i] = free ? 0.0 : node_duration_ns(cost[offset[sm] + i], target);
         }
     }
 

@@ -78,18 +78,19 @@ struct Loader {
     const InterpreterParams& P;
     Pages pages;
     PageRing& ring;
+    InstructionQueue& queue;
     uint32_t empty_parity = 0;  // parity of each page's next "empty" phase to wait for
     uint32_t fill_parity = 0;   // parity of each page's next fill
     uint32_t filled_once = 0;   // pages that have been filled at least once
-    InstructionQueue& queue;
     uint32_t staged = 0;           // instructions staged so far (entry staged % kQueueDepth is the next)
     uint32_t consumed_parity = 0;  // parity of each entry's next "consumed" phase
 
-    // Stages instruction i for the step of `epoch` once the consumers are done with the entry's previous one.
-    __device__ bool stage(uint32_t i, uint32_t epoch, const WaitGuard& guard) {
+    // Stages instruction i for the step of `epoch` once the consumers are done with the entry's previous one;
+    // null when the run was aborted meanwhile. Only this thread writes the entry, so it may read it back.
+    __device__ const StagedInstruction* stage(uint32_t i, uint32_t epoch, const WaitGuard& guard) {
         const uint32_t q = staged % kQueueDepth;
         if (staged >= kQueueDepth) {
-            if (!wait_phase(&queue.consumed[q], consumed_parity >> q & 1u, guard, true)) return false;
+            if (!wait_phase(&queue.consumed[q], consumed_parity >> q & 1u, guard, true)) return nullptr;
             consumed_parity ^= 1u << q;
         }
         StagedInstruction& e = queue.entries[q];
@@ -108,16 +109,16 @@ struct Loader {
         e.used = P.release_begin[i + 1] - P.release_begin[i];
         mbarrier_arrive(&queue.staged[q]);
         ++staged;
-        return true;
+        return &e;
     }
 
     __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch,
                              const DeviceOpContext& ctx) {
         if (begin < end) prefetch_device_op(P.instructions[begin], ctx);
         for (uint32_t i = begin; i < end; ++i) {
-            if (!stage(i, epoch, guard)) return false;
-            const uint32_t tb = P.tile_begin[i], te = P.tile_begin[i + 1];
-            const uint32_t used = P.release_begin[i + 1] - P.release_begin[i];
+            const StagedInstruction* e = stage(i, epoch, guard);
+            if (!e) return false;
+            const uint32_t tb = e->tile_begin, te = tb + e->n_tiles, used = e->used;
             if (i + 1 < end) {  // look one instruction further ahead through L2: its tiles, and what else it reads
                 for (uint32_t t = P.tile_begin[i + 1]; t < P.tile_begin[i + 2]; ++t)
                     prefetch_l2(P.weight_blob + P.tiles[t].src_offset, P.tiles[t].bytes);
@@ -138,7 +139,7 @@ struct Loader {
                 bulk_copy_to_shared(pages.page(p), P.weight_blob + tile.src_offset, tile.bytes, &pages.full[p]);
                 fill_parity ^= 1u << p;
             }
-            if (used) finish_ring(ring, P.sync[i].release, used);
+            if (used) finish_ring(ring, e->release, used);
         }
         return true;
     }
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
     ctx.scratch = scratch;
     ctx.scratch_floats = P.scratch_bytes / 4;
     WaitGuard guard{P.control, P.mailbox, P.watchdog_ns, sm, 0, 0, 0};
-    Loader loader{P, pages, sh.loader_ring, 0, 0, 0, sh.queue};
+    Loader loader{P, pages, sh.loader_ring, sh.queue};
     Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}, own.counters};
 
     if (!P.resident) {

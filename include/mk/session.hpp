@@ -85,7 +85,7 @@ public:
     // should set its own flag instead). Each generate() starts uncancelled.
     void cancel();
 
-    std::string backend() const;  // "cpu", "cuda", "cuda-stepwise", "cuda-kernels", "cuda-kernels-graph"
+    std::string backend() const;  // "cpu", "cuda", "cuda-stepwise", "cuda-kernels+pdl", "cuda-kernels-graph+pdl"
     uint32_t n_threads() const;
     Schedule schedule() const;
 

@@ -50,6 +50,8 @@ __device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], c
                                         const float (&c)[4] MK_WHERE) {
     ::mk_emu::mma_m16n8k16(::mk_emu::MmaInput::f16, d, a, b, c, where);
 }
+__device__ inline void griddep_launch_dependents(MK_WHERE_ONLY) { ::mk_emu::griddep_launch_dependents(where); }
+__device__ inline void griddep_wait(MK_WHERE_ONLY) { ::mk_emu::griddep_wait(where); }
 
 #else
 
@@ -115,6 +117,11 @@ __device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], c
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
                    "f"(c[3]));
 }
+// Programmatic dependent launch (sm_90): let the stream's next kernel, launched with programmatic stream
+// serialization, start once every block of this grid has run this (or exited); and, in such a kernel, wait
+// until the kernel before it has ended and its memory is visible (a no-op in a kernel launched otherwise).
+__device__ inline void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ inline void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 #endif
 

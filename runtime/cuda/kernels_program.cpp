@@ -1,7 +1,10 @@
 // The kernel-per-op baseline (`--backend cuda-kernels`): the same schedule's instructions, in their
 // sequential order, launched as one ordinary kernel per op stage (a stage: consecutive instructions
 // of one op signalling one counter, which never depend on each other), optionally captured once into
-// a CUDA graph and replayed every step. It is what the megakernel's claims are measured against.
+// a CUDA graph and replayed every step. It is what the megakernel's claims are measured against, so it
+// takes what the field's baselines take: every launch after the step's first is a programmatic dependent
+// launch (PDL: a kernel's prologue and weight prefetch overlap the previous kernel's tail), captured into
+// the graph with its programmatic edges.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -88,7 +91,7 @@ public:
     }
     const Schedule& schedule() const override { return state_->schedule; }
     uint32_t ctx_len() const override { return state_->ctx_len; }
-    const char* backend_name() const override { return options_.graph ? "cuda-kernels-graph" : "cuda-kernels"; }
+    const char* backend_name() const override { return options_.graph ? "cuda-kernels-graph+pdl" : "cuda-kernels+pdl"; }
     uint32_t n_threads() const override { return 1; }
 
 private:
@@ -153,6 +156,7 @@ private:
             b.count = stage_begin_[s + 1] - stage_begin_[s];
             b.threads = kBaselineThreads;
             b.scratch_bytes = scratch_bytes_;
+            b.programmatic = s > 0;  // the first follows the host's copy of the step state, not a kernel
             check_cuda(launch_instruction_batch(b, stream_), "launching an op stage");
         }
     }

@@ -1,5 +1,17 @@
 // The kernel-per-op baseline: block b runs instruction b of the batch with all its threads as one
 // team (named barrier 1), its tiles read in place from the weight blob.
+//
+// Programmatic dependent launch, and why releasing the next kernel first thing is sound. Every block runs
+// griddepcontrol.launch_dependents before any write of its own, so the stream's next kernel may start while
+// this one has barely begun. That is allowed because the release promises nothing about memory: the
+// dependent's griddepcontrol.wait returns only once this whole grid has completed and its writes are visible
+// (PTX ISA, griddepcontrol), wherever the release sat. So the rule each kernel here keeps is: before its
+// wait, read only what no kernel writes (the instruction records, the tile table, the weights: uploaded once)
+// and write nothing; after it, everything. Reads of activations, the KV cache and the step state wait (no
+// read-after-write race), and no write can land under a kernel that still reads its buffer (no
+// write-after-read race). The order is transitive: a kernel completes only after its own wait returned, so
+// the wait in kernel k covers kernels 0..k-1. A step's first kernel is launched without the attribute (it
+// follows the host's copy of the step state), where the wait is a no-op.
 #include "runtime/cuda/op_kernels.hpp"
 
 #include "instructions/all_ops.cuh"
@@ -13,12 +25,19 @@ __global__ void __launch_bounds__(kBatchMaxThreads, 1)
                           const uint8_t* weight_blob, const int32_t* step_state, DeviceOpContext ctx) {
     MK_DYNAMIC_SHARED(float4, scratch, 16);  // float4: 16-byte aligned for row_dot's vector loads
     ctx.scratch = reinterpret_cast<float*>(scratch);
-    ctx.pos = step_state[0];
-    ctx.token = step_state[1];
-    ctx.n_tokens = step_state[2];
     const uint32_t b = blockIdx.x;
     const Team team{threadIdx.x, blockDim.x, 1};
     GlobalTiles block_tiles(tiles + tile_begin[b], tile_begin[b + 1] - tile_begin[b], weight_blob);
+    // Prologue: the weights do not depend on the step, so they stream into L2 before the wait (a warp's lanes
+    // a tile each; tiles are 16-byte aligned multiples of 16 bytes).
+    if (threadIdx.x < 32)
+        for (uint32_t t = threadIdx.x; t < block_tiles.count(); t += 32)
+            ptx::prefetch_l2(block_tiles.acquire(t), block_tiles.info(t).bytes);
+    ptx::griddep_launch_dependents();  // before any write: sound only with the wait below (see the top)
+    ptx::griddep_wait();  // every earlier kernel has completed; its writes are visible
+    ctx.pos = step_state[0];
+    ctx.token = step_state[1];
+    ctx.n_tokens = step_state[2];
     run_device_op(instructions[b], ctx, team, block_tiles);
 }
 
@@ -38,6 +57,15 @@ cudaError_t launch_instruction_batch(const BatchLaunch& launch, cudaStream_t str
     const DeviceTile* tiles = launch.tiles;
     const uint8_t* weight_blob = launch.weight_blob;
     const int32_t* step_state = launch.step_state;
+    if (launch.programmatic) {
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        // Positional: grid, block, dynamic shared memory, stream, attributes (the emulator's gridDim is a macro).
+        cudaLaunchConfig_t config{dim3(launch.count), dim3(launch.threads), launch.scratch_bytes, stream, attribute, 1};
+        return cudaLaunchKernelEx(&config, run_instruction_batch, instructions, tile_begin, tiles, weight_blob,
+                                  step_state, ctx);
+    }
     void* args[] = {&instructions, &tile_begin, &tiles, &weight_blob, &step_state, &ctx};
     return cudaLaunchKernel(run_instruction_batch, dim3(launch.count), dim3(launch.threads), args, launch.scratch_bytes,
                             stream);

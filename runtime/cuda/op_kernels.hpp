@@ -25,6 +25,7 @@ struct BatchLaunch {
     uint32_t count;                   // instructions in the batch: one block each
     uint32_t threads;                 // per block: whole warps, at most kBatchMaxThreads
     uint32_t scratch_bytes;           // dynamic shared memory per block (at least 4 * (d_model + 1024))
+    bool programmatic = false;        // programmatic dependent launch: the prologue overlaps the previous kernel
 };
 
 // Enqueues the batch on `stream`; returns the launch's error (cudaSuccess when queued).

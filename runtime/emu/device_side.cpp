@@ -312,6 +312,21 @@ void prefetch_l2(const void* src, uint32_t bytes, Where where) {
         fault(at + "[" + engine().describe(src) + ", +" + std::to_string(bytes) + ") is not inside one allocation");
 }
 
+// ---- programmatic dependent launch ----
+
+// A block releases the stream's next programmatic kernel at its first launch_dependents (or when it exits): the
+// earliest the hardware may start that kernel, so a dependent that reads its predecessor's output before
+// griddepcontrol.wait reads it unfinished here.
+void griddep_launch_dependents(Where) {
+    Block& b = my_block();
+    if (!b.released) b.released = true, ++b.grid->released;
+    engine().maybe_preempt();
+}
+
+void griddep_wait(Where where) {
+    while (my_block().grid->primary_running) engine().sleep_current(256, "griddepcontrol.wait", where);
+}
+
 void fence_proxy_async(Where) {
     engine().fence_async();
     engine().maybe_preempt();

@@ -220,6 +220,19 @@ bool Engine::try_start(Device& d, Grid& g) {
     return placed;
 }
 
+namespace {
+std::unique_ptr<Grid> new_grid(Device& d, Stream& s, LaunchSpec spec) {
+    auto g = std::make_unique<Grid>();
+    g->spec = std::move(spec);
+    g->id = d.next_grid_id++;
+    g->stream = &s;
+    g->n_blocks = g->spec.grid.x * g->spec.grid.y * g->spec.grid.z;
+    g->threads_per_block = g->spec.block.x * g->spec.block.y * g->spec.block.z;
+    g->smem_per_block = g->spec.dynamic_smem + 1024;
+    return g;
+}
+}  // namespace
+
 void Engine::service_streams(Device& d) {
     for (auto& sp : d.streams) {
         Stream& s = *sp;
@@ -227,6 +240,15 @@ void Engine::service_streams(Device& d) {
             if (s.grid) {
                 Grid& g = *s.grid;
                 if (g.next_block < g.n_blocks) try_start(d, g);
+                // A programmatic kernel next in the queue starts once every block of the running one released it.
+                if (!s.dependent && s.error == cudaSuccess && g.released == g.n_blocks && !s.queue.empty() &&
+                    s.queue.front().kind == Op::kernel && s.queue.front().spec.programmatic) {
+                    s.dependent = new_grid(d, s, std::move(s.queue.front().spec));
+                    s.queue.pop_front();
+                    s.dependent->primary_running = true;
+                    ++programmatic.launched, ++programmatic.started_early;
+                }
+                if (s.dependent && s.dependent->next_block < s.dependent->n_blocks) try_start(d, *s.dependent);
                 break;
             }
             if (s.queue.empty()) break;
@@ -248,14 +270,8 @@ void Engine::service_streams(Device& d) {
                 for (auto it = op.ops->rbegin(); it != op.ops->rend(); ++it) s.queue.push_front(*it);
                 break;
             case Op::kernel: {
-                auto g = std::make_unique<Grid>();
-                g->spec = std::move(op.spec);
-                g->id = d.next_grid_id++;
-                g->stream = &s;
-                g->n_blocks = g->spec.grid.x * g->spec.grid.y * g->spec.grid.z;
-                g->threads_per_block = g->spec.block.x * g->spec.block.y * g->spec.block.z;
-                g->smem_per_block = g->spec.dynamic_smem + 1024;
-                s.grid = std::move(g);
+                if (op.spec.programmatic) ++programmatic.launched;  // its predecessor has already ended
+                s.grid = new_grid(d, s, std::move(op.spec));
                 try_start(d, *s.grid);
                 break;
             }
@@ -289,6 +305,7 @@ void Engine::thread_exited(Device& d, Thread* t) {
     d.sm_blocks[b.sm] -= 1;
     d.sm_smem[b.sm] -= g.smem_per_block;
     ++g.done_blocks;
+    if (!b.released) b.released = true, ++g.released;
     // The block's fibers are finished; free them now (a big grid runs in waves).
     for (auto it = g.blocks.begin(); it != g.blocks.end(); ++it)
         if (it->get() == &b) {
@@ -297,14 +314,23 @@ void Engine::thread_exited(Device& d, Thread* t) {
         }
 }
 
-void Engine::finish_grid(Device& d, Stream& s) {
-    s.grid.reset();
+void Engine::finish_grid(Device& d, Grid& g) {
+    Stream& s = *g.stream;
+    if (&g == s.grid.get()) {
+        s.grid = std::move(s.dependent);  // a programmatic kernel started early now follows nothing that runs
+        if (s.grid) s.grid->primary_running = false;
+    } else {
+        s.dependent.reset();  // it ended before the kernel it followed (it never waited for it)
+    }
     ++d.progress;
 }
 
+// Ends the stream's kernels (the running one and a programmatic one started beside it) with a report.
 void Engine::abort_grid(Device& d, Stream& s, const std::string& why) {
     Grid* g = s.grid.get();
-    auto mine = [&](Thread* t) { return t->block->grid == g; };
+    Grid* dependent = s.dependent.get();
+    auto ours = [&](const Grid* x) { return x == g || (dependent && x == dependent); };
+    auto mine = [&](Thread* t) { return ours(t->block->grid); };
     d.ready.erase(std::remove_if(d.ready.begin(), d.ready.end(), mine), d.ready.end());
     std::vector<SleepEntry> keep;
     while (!d.sleeping.empty()) {
@@ -312,13 +338,16 @@ void Engine::abort_grid(Device& d, Stream& s, const std::string& why) {
         d.sleeping.pop();
     }
     for (const SleepEntry& e : keep) d.sleeping.push(e);
-    d.copies.erase(std::remove_if(d.copies.begin(), d.copies.end(), [&](const PendingCopy& c) { return c.block->grid == g; }),
+    d.copies.erase(std::remove_if(d.copies.begin(), d.copies.end(), [&](const PendingCopy& c) { return ours(c.block->grid); }),
                    d.copies.end());
-    const uint32_t tw = (g->threads_per_block + 31) / 32 * 32;
-    for (auto& b : g->blocks) {
-        d.sm_threads[b->sm] -= tw;
-        d.sm_blocks[b->sm] -= 1;
-        d.sm_smem[b->sm] -= g->smem_per_block;
+    for (Grid* each : {g, dependent}) {
+        if (!each) continue;
+        const uint32_t tw = (each->threads_per_block + 31) / 32 * 32;
+        for (auto& b : each->blocks) {
+            d.sm_threads[b->sm] -= tw;
+            d.sm_blocks[b->sm] -= 1;
+            d.sm_smem[b->sm] -= each->smem_per_block;
+        }
     }
     report = "CUDA emulator: device " + std::to_string(d.ordinal) + ", kernel launch #" + std::to_string(g->id) + ": " + why;
     std::fprintf(stderr, "%s\n", report.c_str());
@@ -326,6 +355,7 @@ void Engine::abort_grid(Device& d, Stream& s, const std::string& why) {
     s.error_text = report;
     s.queue.clear();
     s.grid.reset();
+    s.dependent.reset();
     ++d.progress;
 }
 
@@ -341,7 +371,7 @@ void Engine::run_one(Device& d, Thread* t) {
         t->state = ThreadState::done;
         thread_exited(d, t);  // may free t's block
         if (g.failure.empty()) {
-            if (g.done_blocks == g.n_blocks) finish_grid(d, s);
+            if (g.done_blocks == g.n_blocks) finish_grid(d, g);
             return;
         }
     }
@@ -479,9 +509,10 @@ std::string Engine::stall_report(const Device& d, const char* headline) const {
     auto line = [&](const std::string& l) {
         if (lines++ < 48) out += "  " + l + "\n";
     };
-    for (const auto& sp : d.streams) {
-        if (!sp->grid) continue;
-        const Grid& g = *sp->grid;
+    for (const auto& sp : d.streams)
+    for (const Grid* gp : {sp->grid.get(), sp->dependent.get()}) {
+        if (!gp) continue;
+        const Grid& g = *gp;
         if (g.next_block < g.n_blocks)
             line("kernel launch #" + std::to_string(g.id) + ": " + std::to_string(g.n_blocks - g.next_block) + " of " +
                  std::to_string(g.n_blocks) + " blocks can never become resident beside the kernels already resident" +

@@ -90,6 +90,7 @@ struct Block {
     NamedBarrier bars[16];
     std::vector<std::vector<Rendezvous>> warps;  // open collectives per warp
     std::unordered_map<uint32_t, MBarrier> mbarriers;  // by shared-memory offset
+    bool released = false;  // ran griddepcontrol.launch_dependents, or exited (counted in Grid::released)
     dim3 idx() const;
 };
 
@@ -102,6 +103,8 @@ struct Grid {
     std::vector<std::unique_ptr<Block>> blocks;  // resident (or finished, until the grid ends)
     std::string failure;
     bool started = false;
+    uint32_t released = 0;         // blocks that let a programmatic dependent start (launch_dependents or exit)
+    bool primary_running = false;  // launched programmatically while the kernel before it still runs
 };
 
 struct Op {
@@ -123,10 +126,13 @@ struct Stream {
     bool blocking = true;
     std::deque<Op> queue;
     std::unique_ptr<Grid> grid;  // the kernel it runs (or waits to make resident)
+    // A programmatic kernel started before `grid` ended (every block of `grid` released it); it becomes `grid`
+    // when `grid` ends.
+    std::unique_ptr<Grid> dependent;
     cudaError_t error = cudaSuccess;
     std::string error_text;
     std::unique_ptr<std::vector<Op>> capture;
-    bool idle() const { return queue.empty() && !grid; }
+    bool idle() const { return queue.empty() && !grid && !dependent; }
 };
 
 struct SleepEntry {
@@ -192,6 +198,7 @@ public:
     uint64_t async_clock = 0;
     std::string report;
     uint64_t decisions = 0;
+    ProgrammaticLaunches programmatic;  // kernels launched programmatically, and those started early
 
     void reset(const Config& c);
     Device& device(int ordinal) { return *devices.at(size_t(ordinal)); }
@@ -219,7 +226,7 @@ private:
     bool place_block(Device& d, Grid& g);
     void run_one(Device& d, Thread* t);
     void thread_exited(Device& d, Thread* t);
-    void finish_grid(Device& d, Stream& s);
+    void finish_grid(Device& d, Grid& g);
     void abort_grid(Device& d, Stream& s, const std::string& why);
     void land_copy(Device& d, size_t index);
     std::string stall_report(const Device& d, const char* headline) const;

@@ -95,6 +95,10 @@ std::string last_report() {
     return engine().report;
 }
 uint64_t decisions() { return engine().decisions; }
+ProgrammaticLaunches programmatic_launches() {
+    Lock lock(engine().mutex);
+    return engine().programmatic;
+}
 uint64_t virtual_now_ns() {
     Lock lock(engine().mutex);
     return engine().now_ns();

@@ -162,6 +162,25 @@ __global__ void resident(const volatile uint32_t* release) {
 }
 __global__ void tiny(uint32_t* out) { out[threadIdx.x] = 7; }
 
+// Programmatic dependent launch. The primary's blocks release their dependent, then wait until the dependent's
+// prologue has set `flag` (possible only if it starts before the primary ends), then write data[b] = 42 + b.
+__global__ void pdl_primary(uint32_t* flag, uint32_t* data) {
+    mk::ptx::griddep_launch_dependents();
+    if (threadIdx.x != 0) return;
+    while (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*flag).load(cuda::memory_order_acquire) == 0)
+        __nanosleep(100);
+    data[blockIdx.x] = 42 + blockIdx.x;
+}
+// The dependent (one block): reads data[0] in its prologue (unfinished: the primary writes only after the flag),
+// sets the flag, waits for the primary's end, then copies what the primary wrote.
+__global__ void pdl_dependent(uint32_t* flag, const uint32_t* data, uint32_t* out, uint32_t n) {
+    if (threadIdx.x != 0) return;
+    out[n] = data[0];
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*flag).store(1, cuda::memory_order_release);
+    mk::ptx::griddep_wait();
+    for (uint32_t b = 0; b < n; ++b) out[b] = data[b];
+}
+
 template <typename Kernel, typename... A>
 cudaError_t run(Kernel k, dim3 grid, dim3 block, size_t smem, A... args) {
     void* argv[] = {&args...};
@@ -256,6 +275,45 @@ TEST_CASE("emulator: a spin that nobody can end is reported with what it polls",
     CHECK_THAT(mk_emu::last_report(), Catch::Contains("deadlock") && Catch::Contains("__nanosleep") &&
                                           Catch::Contains("polling device allocation"));
     cudaFree(flag);
+}
+
+// A kernel launched with programmatic stream serialization starts once every block of the one before it ran
+// griddepcontrol.launch_dependents, and its griddepcontrol.wait holds until that kernel ends: the primary here
+// ends only because the dependent started early, a read before the wait sees the primary's memory unfinished,
+// and the reads after it see all of it. Without the attribute the same pair is a deadlock, reported.
+TEST_CASE("emulator: programmatic dependent launch overlaps the next kernel, griddepcontrol.wait orders it", "[emu]") {
+    for (uint64_t seed : {41, 42, 43}) {
+        mk_emu::configure(small(seed));
+        constexpr uint32_t n = 3;
+        uint32_t* flag = device_array<uint32_t>(1);
+        uint32_t* data = device_array<uint32_t>(n);
+        uint32_t* out = device_array<uint32_t>(n + 1);
+        REQUIRE(cudaMemset(flag, 0, 4) == cudaSuccess);
+        REQUIRE(cudaMemset(data, 0, 4 * n) == cudaSuccess);
+        void* args[] = {&flag, &data};
+        REQUIRE(cudaLaunchKernel(pdl_primary, dim3(n), dim3(64), args, 0, nullptr) == cudaSuccess);
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config{dim3(1), dim3(32), 0, nullptr, attribute, 1};
+        REQUIRE(cudaLaunchKernelEx(&config, pdl_dependent, flag, static_cast<const uint32_t*>(data), out, n) ==
+                cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        std::vector<uint32_t> got(n + 1);
+        REQUIRE(cudaMemcpy(got.data(), out, 4 * (n + 1), cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(got == std::vector<uint32_t>{42, 43, 44, 0});
+
+        config.numAttrs = 0;  // an ordinary launch waits for the primary, which waits for it
+        REQUIRE(cudaMemset(flag, 0, 4) == cudaSuccess);
+        REQUIRE(cudaLaunchKernel(pdl_primary, dim3(n), dim3(64), args, 0, nullptr) == cudaSuccess);
+        REQUIRE(cudaLaunchKernelEx(&config, pdl_dependent, flag, static_cast<const uint32_t*>(data), out, n) ==
+                cudaSuccess);
+        CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+        CHECK_THAT(mk_emu::last_report(), Catch::Contains("deadlock"));
+        cudaFree(flag);
+        cudaFree(data);
+        cudaFree(out);
+    }
 }
 
 TEST_CASE("emulator: one seed replays one interleaving exactly, seeds differ", "[emu]") {

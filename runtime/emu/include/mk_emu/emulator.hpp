@@ -28,6 +28,12 @@ const Config& config();
 std::string last_report();
 // Scheduling decisions taken so far (all devices): how much work the emulation did.
 uint64_t decisions();
+// Kernels launched with programmatic stream serialization (all devices), and how many of them started while
+// the kernel before them still ran (every block of it had run griddepcontrol.launch_dependents).
+struct ProgrammaticLaunches {
+    uint64_t launched = 0, started_early = 0;
+};
+ProgrammaticLaunches programmatic_launches();
 // The emulated devices' virtual clock (ns; the furthest any device has advanced): what `%globaltimer`
 // reads on the device and what the host's bounds on a kernel are measured on, so both agree.
 uint64_t virtual_now_ns();

@@ -49,6 +49,16 @@ enum cudaDeviceP2PAttr { cudaDevP2PAttrPerformanceRank = 1, cudaDevP2PAttrAccess
 inline constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2;
 
+// cudaLaunchKernelEx's configuration, with the one attribute mk uses: programmatic dependent launch.
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 5 };
+union cudaLaunchAttributeValue {
+    int programmaticStreamSerializationAllowed;
+};
+struct cudaLaunchAttribute {
+    cudaLaunchAttributeID id;
+    cudaLaunchAttributeValue val;
+};
+
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem;
@@ -125,6 +135,9 @@ struct LaunchSpec {
     cudaStream_t stream;
     bool cooperative;
     std::function<void()> body;
+    // Programmatic dependent launch: the kernel may start once every block of the stream's previous kernel
+    // has run griddepcontrol.launch_dependents (or exited); its griddepcontrol.wait waits for that kernel's end.
+    bool programmatic = false;
 };
 cudaError_t launch(LaunchSpec spec);
 cudaError_t set_kernel_attribute(const void* kernel, cudaFuncAttribute attr, int value);
@@ -148,6 +161,27 @@ cudaError_t cudaLaunchKernel(void (*kernel)(P...), dim3 grid, dim3 block, void**
                              cudaStream_t stream = nullptr) {
     return launch({reinterpret_cast<const void*>(kernel), grid, block, smem, stream, false,
                    detail::bind_kernel(kernel, args, std::index_sequence_for<P...>{})});
+}
+// The toolkit's field order (grid, block, dynamic shared memory, stream, attributes, their count), so code
+// fills it positionally: the emulator's gridDim/blockDim are built-in macros, not field names.
+struct cudaLaunchConfig_t {
+    dim3 grid_dim, block_dim;
+    size_t dynamicSmemBytes = 0;
+    cudaStream_t stream = nullptr;
+    cudaLaunchAttribute* attrs = nullptr;
+    unsigned numAttrs = 0;
+};
+// The C++ form: the kernel's arguments by value. Attributes other than programmatic serialization are refused.
+template <typename... P, typename... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
+    bool programmatic = false;
+    for (unsigned i = 0; i < config->numAttrs; ++i) {
+        if (config->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization) return cudaErrorInvalidValue;
+        programmatic = config->attrs[i].val.programmaticStreamSerializationAllowed != 0;
+    }
+    auto copied = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+    return launch({reinterpret_cast<const void*>(kernel), config->grid_dim, config->block_dim, config->dynamicSmemBytes,
+                   config->stream, false, [kernel, copied] { std::apply(kernel, *copied); }, programmatic});
 }
 template <typename... P>
 cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem = 0,

@@ -166,13 +166,13 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     if (o.cpu_dots != "exact" && o.cpu_dots != "q16")
         fail("--cpu-dots {}: expected exact (fp32 activations) or q16 (16-bit activation blocks)", o.cpu_dots);
     po.dots = o.cpu_dots == "exact" ? CpuDots::exact : CpuDots::q16;
-    // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target and weight formats
-    // (not yet with tensor parallelism: those run token by token).
+    // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats,
+    // ranks and KV type.
     std::optional<Schedule> prefill;
     if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
-    if (o.batch > 1 && schedule.tp_size == 1)
+    if (o.batch > 1)
         prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
-                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type));
+                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
     return make_cpu_program(model, std::move(schedule), po, std::move(prefill));
 }
 

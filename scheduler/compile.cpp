@@ -97,10 +97,10 @@ Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFor
 
 Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
                                   const Target& target, Policy policy, uint32_t n_tok, bool all_logits,
-                                  KvType kv_type) {
+                                  KvType kv_type, uint32_t tp) {
     ModelDims dims = model_dims(config);
     dims.kv_type = uint32_t(kv_type);
-    Graph graph = build_prefill_graph(dims, weights, target, n_tok, all_logits);
+    Graph graph = build_prefill_graph(dims, weights, target, n_tok, all_logits, tp);
     Schedule s = build_schedule(graph, assign(graph, target, policy), target);
     s.config_hash = config.hash();
     s.policy = policy_name(policy);

@@ -30,9 +30,10 @@ std::vector<WeightFormat> padded_row_formats(std::vector<WeightFormat> formats, 
 // `kv_type`: how the schedule's KV cache stores K and V (ModelDims::kv_type).
 Schedule compile_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights, const Target& target,
                           Policy policy, uint32_t tp = 1, KvType kv_type = KvType::f32);
-// The prefill step for chunks of up to n_tok tokens (its logits: the chunk's last token's, or every token's).
+// The prefill step for chunks of up to n_tok tokens (its logits: the chunk's last token's, or every token's);
+// `weights`, `tp` and `kv_type` as for compile_schedule (a program's decode and prefill schedules agree on them).
 Schedule compile_prefill_schedule(const ModelConfig& config, const std::vector<WeightFormat>& weights,
                                   const Target& target, Policy policy, uint32_t n_tok, bool all_logits,
-                                  KvType kv_type = KvType::f32);
+                                  KvType kv_type = KvType::f32, uint32_t tp = 1);
 
 }  // namespace mk

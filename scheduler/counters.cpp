@@ -21,9 +21,8 @@ std::vector<std::vector<GroupDep>> needed_waits(const Graph& graph, const Assign
 
     std::vector<std::vector<GroupDep>> needed(graph.nodes.size());
     for (uint32_t sm = 0; sm < assignment.size(); ++sm) {
-        // Groups this stream has already waited for completely (this step), or run entirely itself.
-        std::vector<bool> done(graph.groups.size(), false);
-        bool waited_previous_sample = false;
+        // Groups this stream has already waited for completely (this step, or the previous one), or run entirely itself.
+        std::vector<bool> done(graph.groups.size(), false), done_previous(graph.groups.size(), false);
         for (uint32_t node_id : assignment[sm]) {
             for (const GroupDep& dep : graph.nodes[node_id].deps) {
                 const auto& m = members[dep.group];
@@ -31,8 +30,8 @@ std::vector<std::vector<GroupDep>> needed_waits(const Graph& graph, const Assign
                 for (uint32_t member : m) all_here = all_here && where[member].sm == sm;
                 if (dep.previous_step) {
                     // The previous step's members ran on this stream before this step started.
-                    if (all_here || waited_previous_sample) continue;
-                    waited_previous_sample = true;
+                    if (all_here || done_previous[dep.group]) continue;
+                    done_previous[dep.group] = true;
                 } else {
                     bool all_before = all_here;
                     for (uint32_t member : m) all_before = all_before && where[member].index < where[node_id].index;

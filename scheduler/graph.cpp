@@ -19,6 +19,36 @@ uint64_t add_arena_buffer(Graph& graph, const std::string& name, uint64_t bytes,
     return offset;
 }
 
+std::vector<uint32_t> replicate_rank_regions(Graph& graph, uint32_t tp) {
+    graph.rank_arena_bytes = align_up(graph.arena_bytes, kBufferAlignBytes);
+    if (graph.rank_arena_bytes * tp > UINT32_MAX)
+        fail("graph: the activation arena of {} bytes per rank exceeds 4 GiB over {} ranks", graph.rank_arena_bytes, tp);
+    const std::vector<BufferInfo> rank0 = graph.buffers;
+    std::vector<uint32_t> base;
+    graph.buffers.clear();
+    for (uint32_t k = 0; k < tp; ++k) {
+        base.push_back(uint32_t(k * graph.rank_arena_bytes));
+        for (BufferInfo info : rank0) {
+            info.offset += base[k];
+            if (tp > 1) info.name = fmt::format("r{}.{}", k, info.name);
+            graph.buffers.push_back(std::move(info));
+        }
+    }
+    graph.arena_bytes = graph.rank_arena_bytes * tp;
+    return base;
+}
+
+QkvWeights qkv_weights(const Graph& graph, uint32_t layer, uint32_t kind) {
+    auto present = [&](LayerWeight w) {
+        const uint32_t id = layer_weight_id(layer, w);
+        return graph.weights[id].present() ? id : kNoWeight;
+    };
+    const ModelDims& d = graph.dims;
+    if (kind == 0) return {d.q_dim(), layer_weight_id(layer, LayerWeight::wq), present(LayerWeight::bq), present(LayerWeight::q_norm)};
+    if (kind == 1) return {d.kv_dim(), layer_weight_id(layer, LayerWeight::wk), present(LayerWeight::bk), present(LayerWeight::k_norm)};
+    return {d.kv_dim(), layer_weight_id(layer, LayerWeight::wv), present(LayerWeight::bv), kNoWeight};
+}
+
 namespace {
 
 // Smallest row block worth an instruction: below this the per-instruction and sync costs dominate.
@@ -28,8 +58,6 @@ constexpr uint32_t kMaxAttnParts = 32;
 // done: more chunks overlap more of the exchange with the remaining blocks, but each costs a transfer
 // instruction per peer (docs/distributed.md has the simulator's comparison).
 constexpr uint32_t kTransferChunks = 4;
-
-uint32_t div_up(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
 // One rank's activation buffers (arena byte offsets, rank 0's region plus rank * rank_arena_bytes).
 struct RankBuffers {
@@ -115,27 +143,15 @@ void GraphBuilder::layout_buffers() {
             b.recv_o.push_back(buffer(fmt::format("recv_o.L{}", L), 4ull * tp_ * d.d_model, layout));
             b.recv_down.push_back(buffer(fmt::format("recv_down.L{}", L), 4ull * tp_ * d.d_model, layout));
         }
-    graph_.rank_arena_bytes = align_up(graph_.arena_bytes, kBufferAlignBytes);
-    if (graph_.rank_arena_bytes * tp_ > UINT32_MAX) fail("graph: the activation arena exceeds 4 GiB");
-    const std::vector<BufferInfo> rank0 = graph_.buffers;
+    const std::vector<uint32_t> base = replicate_rank_regions(graph_, tp_);
     for (uint32_t k = 0; k < tp_; ++k) {
-        const uint32_t base = uint32_t(k * graph_.rank_arena_bytes);
         RankBuffers r = b;
         for (uint32_t* f : {&r.x, &r.q, &r.attn_o, &r.attn_ml, &r.attn_out, &r.act, &r.logits, &r.argmax, &r.token})
-            *f += base;
-        for (uint32_t& f : r.recv_o) f += base;
-        for (uint32_t& f : r.recv_down) f += base;
+            *f += base[k];
+        for (uint32_t& f : r.recv_o) f += base[k];
+        for (uint32_t& f : r.recv_down) f += base[k];
         ranks_.push_back(std::move(r));
-        if (k == 0) continue;
-        for (BufferInfo info : rank0) {
-            info.offset += base;
-            graph_.buffers.push_back(std::move(info));
-        }
     }
-    if (tp_ > 1)
-        for (size_t i = 0; i < graph_.buffers.size(); ++i)
-            graph_.buffers[i].name = name(uint32_t(i / rank0.size()), graph_.buffers[i].name);
-    graph_.arena_bytes = graph_.rank_arena_bytes * tp_;
 }
 
 std::vector<uint32_t> GraphBuilder::projection(uint32_t l, const char* what, LayerWeight w, uint32_t cols,
@@ -226,24 +242,18 @@ Graph GraphBuilder::build() {
         std::vector<uint32_t> g_reduce(tp_), g_gate_up(tp_);
         for (uint32_t k = 0; k < tp_; ++k) {
             const uint32_t L = k * model_.n_layers + l;  // rank k's layer l: its weights and KV cache
-            auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
-            auto opt = [&](LayerWeight w) { return graph_.weights[lw(w)].present() ? lw(w) : kNoWeight; };
+            const uint32_t attn_norm = layer_weight_id(L, LayerWeight::attn_norm);
             const RankBuffers& b = ranks_[k];
             const uint32_t g_qkv = group(name(k, fmt::format("qkv.L{}", l)));
             for (uint32_t kind = 0; kind < 3; ++kind) {
-                const uint32_t rows = kind == 0 ? d.q_dim() : d.kv_dim();
-                const LayerWeight w = kind == 0 ? LayerWeight::wq : kind == 1 ? LayerWeight::wk : LayerWeight::wv;
-                const LayerWeight bias = kind == 0 ? LayerWeight::bq : kind == 1 ? LayerWeight::bk : LayerWeight::bv;
-                const uint32_t norm = kind == 0   ? opt(LayerWeight::q_norm)
-                                      : kind == 1 ? opt(LayerWeight::k_norm)
-                                                  : kNoWeight;
+                const QkvWeights w = qkv_weights(graph_, L, kind);
                 // A bf16 cache's K/V blocks are finished in the device scratch: kMaxStagedKvRows at most.
                 const uint32_t block = kind != 0 && d.kv_type == uint32_t(KvType::bf16)
                                            ? std::min(qkv_rows, kMaxStagedKvRows / qkv_align * qkv_align)
                                            : qkv_rows;
-                for (uint32_t r = 0; r < rows; r += block) {
-                    RmsQkvArgs a{L, kind, r, std::min(block, rows - r), b.x, b.q, lw(w), lw(LayerWeight::attn_norm),
-                                 opt(bias), norm, d.d_model, d.head_dim};
+                for (uint32_t r = 0; r < w.rows; r += block) {
+                    RmsQkvArgs a{L, kind, r, std::min(block, w.rows - r), b.x, b.q, w.matrix, attn_norm,
+                                 w.bias, w.norm, d.d_model, d.head_dim};
                     add<RmsQkvOp>(k, a, g_qkv, {{residual_ready[k], Operand::input}});
                 }
             }

@@ -1,23 +1,38 @@
 // Builds the prefill-step graph: a chunk of up to T tokens through every layer at once. embed_rows; per layer
 // rms_qkv_rows blocks (K/V for the chunk's T positions), attn_rows (a KV head x a block of queries), matmul_add
 // O blocks, rms_gate_up_rows blocks, matmul_add down blocks; rms_lm_head_rows blocks. Each weight row is read
-// once per chunk. The host writes the tokens and samples from the last token's logits (no sample op).
+// once per chunk. The host writes the tokens (into every rank's region) and samples from the last token's logits
+// (no sample op). With tensor parallelism every rank runs these over its share of the model, as in the decode
+// graph (graph.cpp): the projections' (T, d_model) partial results go to every peer and reduce_add sums them in
+// rank order; the LM-head slices go to rank 0, whose logits the host reads.
 #include <algorithm>
 
 #include "instructions/all_ops.hpp"
 #include "models/error.hpp"
 #include "scheduler/graph.hpp"
+#include "scheduler/tensor_parallel.hpp"
 
 namespace mk {
 
 namespace {
 
+// A projection's partial results reach each peer in this many transfers (whole tokens each), so the copy of a
+// (T, d_model) slot is spread over SMs instead of one instruction moving all T rows.
+constexpr uint32_t kTransferPieces = 4;
+
+// One rank's activation buffers (arena byte offsets, rank 0's region plus rank * rank_arena_bytes).
+struct PrefillBuffers {
+    uint32_t tokens, x, q, attn_out, act, logits;
+    std::vector<uint32_t> recv_o, recv_down;  // by layer: (tp, T, d_model) fp32 partial results, tp > 1 only
+};
+
 class PrefillBuilder {
 public:
-    PrefillBuilder(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target, uint32_t n_tok,
-                   bool all_logits)
-        : target_(target), n_tok_(n_tok), all_logits_(all_logits) {
-        graph_.dims = dims;
+    PrefillBuilder(const ModelDims& model, const std::vector<WeightFormat>& weights, const Target& target,
+                   uint32_t n_tok, bool all_logits, uint32_t tp)
+        : target_(target), n_tok_(n_tok), all_logits_(all_logits), tp_(tp), model_(model) {
+        graph_.dims = tp_rank_dims(model, tp);
+        graph_.tp_size = tp;
         graph_.weights = weights;
         graph_.prefill_tokens = n_tok;
         graph_.all_logits = all_logits ? 1 : 0;
@@ -32,115 +47,223 @@ private:
         if (graph_.arena_bytes > UINT32_MAX) fail("prefill graph: the activation arena exceeds 4 GiB; use a smaller chunk");
         return uint32_t(offset);
     }
+    void layout_buffers();
     uint32_t group(const std::string& name) {
         graph_.groups.push_back({name, 0});
         return uint32_t(graph_.groups.size() - 1);
     }
+    // Rank k's group name: plain without tensor parallelism.
+    std::string name(uint32_t rank, const std::string& what) const {
+        return tp_ == 1 ? what : fmt::format("r{}.{}", rank, what);
+    }
     template <typename Op>
-    void add(const typename Op::Args& args, uint32_t group, std::vector<GroupDep> deps) {
+    void add(uint32_t rank, const typename Op::Args& args, uint32_t group, std::vector<GroupDep> deps) {
         GraphNode node;
         node.ins = make_instruction<Op>(args);
         node.ins.seq = uint32_t(graph_.nodes.size());
         node.ins.n_pages = uint8_t(Op::page_plan(node.ins, plan_inputs_).n_pages);
         node.cost = Op::cost(node.ins, graph_.dims, graph_.weights.data());
         node.group = group;
+        node.rank = rank;
         node.deps = std::move(deps);
         graph_.groups[group].n_members++;
         graph_.nodes.push_back(std::move(node));
     }
-    // x[j] += W . in[j] for the chunk, in row blocks; returns the group that completes it.
-    uint32_t projection(const std::string& name, uint32_t weight, uint32_t cols, uint32_t in, uint32_t ready) {
-        const ModelDims& d = graph_.dims;
-        const uint32_t rows = block_rows(d.d_model, target_.n_sms, 1), done = group(name);
-        for (uint32_t r = 0; r < d.d_model; r += rows)
-            add<MatmulAddOp>(MatmulAddArgs{weight, r, std::min(rows, d.d_model - r), cols, in, x_, d.d_model, n_tok_}, done,
-                             {{ready, Operand::input}});
-        return done;
-    }
+    // x[j] += W . in[j] for the chunk on every rank, in row blocks (W: wo or w_down, split by columns across
+    // ranks); returns each rank's group that completes the update.
+    std::vector<uint32_t> projection(uint32_t layer, const char* what, LayerWeight w, uint32_t cols,
+                                     uint32_t PrefillBuffers::*in, std::vector<uint32_t> PrefillBuffers::*recv,
+                                     const std::vector<uint32_t>& ready);
 
     const Target& target_;
     const uint32_t n_tok_;
     const bool all_logits_;
+    const uint32_t tp_;
+    const ModelDims model_;
     Graph graph_;
     PlanInputs plan_inputs_;
-    uint32_t x_ = 0;
+    std::vector<PrefillBuffers> ranks_;
 };
+
+void PrefillBuilder::layout_buffers() {
+    const ModelDims& d = graph_.dims;
+    const uint64_t T = n_tok_;
+    PrefillBuffers b;
+    b.tokens = buffer("tokens", 4 * T, "(T) i32 the chunk's tokens (written by the host)");
+    b.x = buffer("x", 4 * T * d.d_model, "(T, d_model) fp32 residual streams");
+    b.q = buffer("q", 4 * T * d.q_dim(), "(T, n_heads, head_dim) fp32 queries");
+    b.attn_out = buffer("attn_out", 4 * T * d.q_dim(), "(T, n_heads, head_dim) fp32 attention outputs");
+    b.act = buffer("act", 4 * T * d.d_ff, "(T, d_ff) fp32 silu(gate) * up");
+    b.logits = buffer("logits", 4ull * (all_logits_ ? T : 1) * d.vocab,
+                      all_logits_ ? "(T, vocab) fp32" : "(vocab) fp32 of the chunk's last token");
+    if (tp_ > 1)
+        for (uint32_t L = 0; L < model_.n_layers; ++L) {
+            // One buffer per layer and projection: a peer may run a layer ahead, so slots are never reused in a step.
+            const std::string layout = "(tp, T, d_model) fp32 partial results, slot k from rank k";
+            b.recv_o.push_back(buffer(fmt::format("recv_o.L{}", L), 4 * tp_ * T * d.d_model, layout));
+            b.recv_down.push_back(buffer(fmt::format("recv_down.L{}", L), 4 * tp_ * T * d.d_model, layout));
+        }
+    const std::vector<uint32_t> base = replicate_rank_regions(graph_, tp_);
+    for (uint32_t k = 0; k < tp_; ++k) {
+        PrefillBuffers r = b;
+        for (uint32_t* f : {&r.tokens, &r.x, &r.q, &r.attn_out, &r.act, &r.logits}) *f += base[k];
+        for (uint32_t& f : r.recv_o) f += base[k];
+        for (uint32_t& f : r.recv_down) f += base[k];
+        ranks_.push_back(std::move(r));
+    }
+}
+
+std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, LayerWeight w, uint32_t cols,
+                                                 uint32_t PrefillBuffers::*in,
+                                                 std::vector<uint32_t> PrefillBuffers::*recv,
+                                                 const std::vector<uint32_t>& ready) {
+    const ModelDims& d = graph_.dims;
+    const uint32_t T = n_tok_, rows = block_rows(d.d_model, target_.n_sms, 1);
+    std::vector<uint32_t> done(tp_);
+    if (tp_ == 1) {
+        done[0] = group(fmt::format("{}.L{}", what, l));
+        for (uint32_t r = 0; r < d.d_model; r += rows)
+            add<MatmulAddOp>(0, MatmulAddArgs{layer_weight_id(l, w), r, std::min(rows, d.d_model - r), cols,
+                                              ranks_[0].*in, ranks_[0].x, d.d_model, T, 0},
+                             done[0], {{ready[0], Operand::input}});
+        return done;
+    }
+    // Rank k's partial results into slot k of its own receive buffer, then that slot into every peer's in
+    // pieces of whole tokens, then every rank sums slots 0..tp-1 in rank order (the same bits on every rank).
+    const uint32_t slot = 4 * T * d.d_model, piece_tok = div_up(T, std::min(T, kTransferPieces));
+    const uint32_t sum_tok = div_up(T, std::min(T, target_.n_sms));
+    std::vector<uint32_t> part(tp_), received(tp_);
+    for (uint32_t k = 0; k < tp_; ++k) {
+        part[k] = group(name(k, fmt::format("{}_part.L{}", what, l)));
+        received[k] = group(name(k, fmt::format("{}_recv.L{}", what, l)));
+    }
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t own = (ranks_[k].*recv)[l] + k * slot;
+        for (uint32_t r = 0; r < d.d_model; r += rows)
+            add<MatmulAddOp>(k, MatmulAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
+                                              std::min(rows, d.d_model - r), cols, ranks_[k].*in, own, d.d_model, T, 1},
+                             part[k], {{ready[k], Operand::input}});
+    }
+    for (uint32_t k = 0; k < tp_; ++k)
+        for (uint32_t p = 0; p < tp_; ++p)
+            for (uint32_t j = 0; j < T && p != k; j += piece_tok) {
+                const uint32_t at = k * slot + 4 * j * d.d_model, bytes = 4 * std::min(piece_tok, T - j) * d.d_model;
+                add<TransferOp>(k, TransferArgs{(ranks_[k].*recv)[l] + at, (ranks_[p].*recv)[l] + at, bytes, p},
+                                received[p], {{part[k], Operand::input}});
+            }
+    for (uint32_t k = 0; k < tp_; ++k) {
+        done[k] = group(name(k, fmt::format("{}.L{}", what, l)));
+        // (T, d_model) as one flat vector: reduce_add's rows are its elements.
+        for (uint32_t j = 0; j < T; j += sum_tok)
+            add<ReduceAddOp>(k, ReduceAddArgs{ranks_[k].x, (ranks_[k].*recv)[l], slot, j * d.d_model,
+                                              std::min(sum_tok, T - j) * d.d_model, tp_},
+                             done[k], {{part[k], Operand::partials}, {received[k], Operand::partials}});
+    }
+    return done;
+}
 
 Graph PrefillBuilder::build() {
     const ModelDims& d = graph_.dims;
     const uint32_t T = n_tok_, n_sms = target_.n_sms;
-    const uint32_t tokens = buffer("tokens", 4ull * T, "(T) i32 the chunk's tokens (written by the host)");
-    x_ = buffer("x", 4ull * T * d.d_model, "(T, d_model) fp32 residual streams");
-    const uint32_t q = buffer("q", 4ull * T * d.q_dim(), "(T, n_heads, head_dim) fp32 queries");
-    const uint32_t attn_out = buffer("attn_out", 4ull * T * d.q_dim(), "(T, n_heads, head_dim) fp32 attention outputs");
-    const uint32_t act = buffer("act", 4ull * T * d.d_ff, "(T, d_ff) fp32 silu(gate) * up");
-    const uint32_t logits = buffer("logits", 4ull * (all_logits_ ? T : 1) * d.vocab,
-                                   all_logits_ ? "(T, vocab) fp32" : "(vocab) fp32 of the chunk's last token");
-    graph_.rank_arena_bytes = align_up(graph_.arena_bytes, kBufferAlignBytes);
-    graph_.arena_bytes = graph_.rank_arena_bytes;
-    graph_.tokens_off = tokens;
-    graph_.logits_off = logits;
+    // The LM head: rank k's vocabulary slice in blocks (the whole vocabulary without tensor parallelism).
+    std::vector<uint32_t> lm_rows(tp_);
+    graph_.n_lm_blocks = 0;
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t slice = tp_vocab_begin(d.vocab, tp_, k + 1) - tp_vocab_begin(d.vocab, tp_, k);
+        lm_rows[k] = block_rows(slice, n_sms, 1);
+        graph_.n_lm_blocks += div_up(slice, lm_rows[k]);
+    }
+    layout_buffers();
+    graph_.tokens_off = ranks_[0].tokens;
+    graph_.logits_off = ranks_[0].logits;
     graph_.token_off = kNoOffset;  // the host samples
 
-    // The next chunk's embed overwrites x, which this chunk's LM head reads.
-    const uint32_t g_lm = group("lm_head");
-    uint32_t ready = group("embed");
-    add<EmbedRowsOp>(EmbedRowsArgs{global_weight_id(GlobalWeight::token_embedding), tokens, x_, d.d_model, T}, ready,
-                     {{g_lm, Operand::output, true}});
+    // The next chunk's embed overwrites x, which this chunk's LM head reads; on rank 0 the peers' LM-head
+    // slices of this chunk must have landed before its next chunk starts (so they do before theirs).
+    std::vector<uint32_t> g_lm(tp_), g_lm_recv(tp_), ready(tp_);
+    for (uint32_t k = 0; k < tp_; ++k) g_lm[k] = group(name(k, "lm_head"));
+    if (tp_ > 1) g_lm_recv[0] = group(name(0, "lm_recv"));
+    for (uint32_t k = 0; k < tp_; ++k) {
+        ready[k] = group(name(k, "embed"));
+        std::vector<GroupDep> deps{{g_lm[k], Operand::output, true}};
+        if (k == 0 && tp_ > 1) deps.push_back({g_lm_recv[0], Operand::output, true});
+        add<EmbedRowsOp>(k, EmbedRowsArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].tokens, ranks_[k].x,
+                                          d.d_model, T},
+                         ready[k], std::move(deps));
+    }
 
     const uint32_t qkv_align = d.qk_norm ? d.head_dim : 2;  // QK-norm needs whole heads; RoPE needs pairs
     const uint32_t qkv_rows = block_rows(d.q_dim() + 2 * d.kv_dim(), n_sms, qkv_align);
     const uint32_t ff_rows = block_rows(d.d_ff, n_sms, 1);
     // Query blocks: enough instructions for the SMs, causal work grows with the query's index.
     const uint32_t q_parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, T), q_rows = (T + q_parts - 1) / q_parts;
-    for (uint32_t l = 0; l < d.n_layers; ++l) {
-        auto lw = [&](LayerWeight w) { return layer_weight_id(l, w); };
-        auto opt = [&](LayerWeight w) { return graph_.weights[lw(w)].present() ? lw(w) : kNoWeight; };
-        const uint32_t g_qkv = group(fmt::format("qkv.L{}", l));
-        for (uint32_t kind = 0; kind < 3; ++kind) {
-            const uint32_t rows = kind == 0 ? d.q_dim() : d.kv_dim();
-            const LayerWeight w = kind == 0 ? LayerWeight::wq : kind == 1 ? LayerWeight::wk : LayerWeight::wv;
-            const LayerWeight bias = kind == 0 ? LayerWeight::bq : kind == 1 ? LayerWeight::bk : LayerWeight::bv;
-            const uint32_t norm = kind == 0 ? opt(LayerWeight::q_norm) : kind == 1 ? opt(LayerWeight::k_norm) : kNoWeight;
-            for (uint32_t r = 0; r < rows; r += qkv_rows)
-                add<RmsQkvRowsOp>(RmsQkvRowsArgs{l, kind, r, std::min(qkv_rows, rows - r), x_, q, lw(w),
-                                                 lw(LayerWeight::attn_norm), opt(bias), norm, d.d_model, d.head_dim, T},
-                                  g_qkv, {{ready, Operand::input}});
+    for (uint32_t l = 0; l < model_.n_layers; ++l) {
+        std::vector<uint32_t> g_attn(tp_), g_gate_up(tp_);
+        for (uint32_t k = 0; k < tp_; ++k) {
+            const uint32_t L = k * model_.n_layers + l;  // rank k's layer l: its weights and KV cache
+            const PrefillBuffers& b = ranks_[k];
+            const uint32_t g_qkv = group(name(k, fmt::format("qkv.L{}", l)));
+            for (uint32_t kind = 0; kind < 3; ++kind) {
+                const QkvWeights w = qkv_weights(graph_, L, kind);
+                for (uint32_t r = 0; r < w.rows; r += qkv_rows)
+                    add<RmsQkvRowsOp>(k, RmsQkvRowsArgs{L, kind, r, std::min(qkv_rows, w.rows - r), b.x, b.q, w.matrix,
+                                                        layer_weight_id(L, LayerWeight::attn_norm), w.bias, w.norm,
+                                                        d.d_model, d.head_dim, T},
+                                      g_qkv, {{ready[k], Operand::input}});
+            }
+            g_attn[k] = group(name(k, fmt::format("attn.L{}", l)));
+            for (uint32_t h = 0; h < d.n_kv_heads; ++h)
+                for (uint32_t j = 0; j < T; j += q_rows)
+                    add<AttnRowsOp>(k, AttnRowsArgs{L, h, j, std::min(q_rows, T - j), b.q, b.attn_out, d.head_dim,
+                                                    d.group_size(), T},
+                                    g_attn[k], {{g_qkv, Operand::kv_cache}});
         }
-        const uint32_t g_attn = group(fmt::format("attn.L{}", l));
-        for (uint32_t h = 0; h < d.n_kv_heads; ++h)
-            for (uint32_t j = 0; j < T; j += q_rows)
-                add<AttnRowsOp>(AttnRowsArgs{l, h, j, std::min(q_rows, T - j), q, attn_out, d.head_dim, d.group_size(), T},
-                                g_attn, {{g_qkv, Operand::kv_cache}});
-        const uint32_t g_o = projection(fmt::format("o_proj.L{}", l), lw(LayerWeight::wo), d.q_dim(), attn_out, g_attn);
-        const uint32_t g_gate_up = group(fmt::format("gate_up.L{}", l));
-        for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
-            add<RmsGateUpRowsOp>(RmsGateUpRowsArgs{l, r, std::min(ff_rows, d.d_ff - r), d.d_model, x_, act,
-                                                   lw(LayerWeight::w_gate), lw(LayerWeight::w_up),
-                                                   lw(LayerWeight::ffn_norm), d.d_ff, T},
-                                 g_gate_up, {{g_o, Operand::input}});
-        ready = projection(fmt::format("down.L{}", l), lw(LayerWeight::w_down), d.d_ff, act, g_gate_up);
+        const std::vector<uint32_t> g_o = projection(l, "o_proj", LayerWeight::wo, d.q_dim(), &PrefillBuffers::attn_out,
+                                                     &PrefillBuffers::recv_o, g_attn);
+        for (uint32_t k = 0; k < tp_; ++k) {
+            const uint32_t L = k * model_.n_layers + l;
+            auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
+            g_gate_up[k] = group(name(k, fmt::format("gate_up.L{}", l)));
+            for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
+                add<RmsGateUpRowsOp>(k, RmsGateUpRowsArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, ranks_[k].x,
+                                                          ranks_[k].act, lw(LayerWeight::w_gate), lw(LayerWeight::w_up),
+                                                          lw(LayerWeight::ffn_norm), d.d_ff, T},
+                                     g_gate_up[k], {{g_o[k], Operand::input}});
+        }
+        ready = projection(l, "down", LayerWeight::w_down, d.d_ff, &PrefillBuffers::act, &PrefillBuffers::recv_down,
+                           g_gate_up);
     }
-    const uint32_t lm_rows = block_rows(d.vocab, n_sms, 1);
-    for (uint32_t r = 0; r < d.vocab; r += lm_rows)
-        add<RmsLmHeadRowsOp>(RmsLmHeadRowsArgs{r, std::min(lm_rows, d.vocab - r), d.d_model, x_, logits,
-                                               global_weight_id(GlobalWeight::lm_head),
-                                               global_weight_id(GlobalWeight::output_norm), d.vocab, T, all_logits_},
-                             g_lm, {{ready, Operand::input}});
-    graph_.n_lm_blocks = (d.vocab + lm_rows - 1) / lm_rows;
+    const uint32_t n_rows = all_logits_ ? T : 1;  // of logits
+    for (uint32_t k = 0; k < tp_; ++k) {
+        const uint32_t begin = tp_vocab_begin(d.vocab, tp_, k), end = tp_vocab_begin(d.vocab, tp_, k + 1);
+        for (uint32_t r = begin; r < end; r += lm_rows[k])
+            add<RmsLmHeadRowsOp>(k, RmsLmHeadRowsArgs{r, std::min(lm_rows[k], end - r), d.d_model, ranks_[k].x,
+                                                      ranks_[k].logits, global_weight_id(GlobalWeight::lm_head),
+                                                      global_weight_id(GlobalWeight::output_norm), d.vocab, T,
+                                                      all_logits_},
+                                 g_lm[k], {{ready[k], Operand::input}});
+        // A peer's vocabulary slice of every logits row into rank 0's.
+        for (uint32_t j = 0; j < n_rows && k > 0; ++j) {
+            const uint32_t at = 4 * (j * d.vocab + begin);
+            add<TransferOp>(k, TransferArgs{ranks_[k].logits + at, ranks_[0].logits + at, 4 * (end - begin), 0},
+                            g_lm_recv[0], {{g_lm[k], Operand::input}});
+        }
+    }
     return std::move(graph_);
 }
 
 }  // namespace
 
 Graph build_prefill_graph(const ModelDims& dims, const std::vector<WeightFormat>& weights, const Target& target,
-                          uint32_t n_tok, bool all_logits) {
+                          uint32_t n_tok, bool all_logits, uint32_t tp) {
     if (dims.n_layers == 0 || dims.d_model == 0 || dims.n_kv_heads == 0 || dims.n_heads % dims.n_kv_heads != 0)
         fail("prefill graph: invalid model dimensions");
     if (n_tok == 0 || n_tok > 4096) fail("prefill graph: a chunk of {} tokens (1 to 4096)", n_tok);
-    if (weights.size() != n_weight_ids(dims.n_layers))
-        fail("prefill graph: {} weight formats given, the model needs {}", weights.size(), n_weight_ids(dims.n_layers));
-    return PrefillBuilder(dims, weights, target, n_tok, all_logits).build();
+    if (tp == 0 || dims.n_kv_heads % tp != 0 || dims.d_ff % tp != 0)
+        fail("prefill graph: {} KV heads and FFN width {} do not split {} ways", dims.n_kv_heads, dims.d_ff, tp);
+    const uint32_t n_ids = n_weight_ids(dims.n_layers * tp);
+    if (weights.size() != n_ids) fail("prefill graph: {} weight formats given, the model needs {}", weights.size(), n_ids);
+    return PrefillBuilder(dims, weights, target, n_tok, all_logits, tp).build();
 }
 
 }  // namespace mk

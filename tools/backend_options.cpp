@@ -18,8 +18,8 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("-t,--threads", o.threads, "CPU worker threads (default: one per core)");
     cmd->add_option("-c,--ctx-size", o.ctx_len, "Context length in tokens (default: the model's, at most 4096)");
     cmd->add_option("-b,--batch", o.batch,
-                    "cpu: prompt tokens per prefill step (default 256; each weight is read once a chunk); 1: token by "
-                    "token. The CUDA backends and --tp run prompts token by token")
+                    "cpu: prompt tokens per prefill step (default 256; each weight is read once a chunk; with --tp the "
+                    "ranks split it as a decode step); 1: token by token. The CUDA backends run prompts token by token")
         ->check(CLI::Range(1u, 4096u));
     cmd->add_flag("--check-pages", o.check_pages, "CPU: stage weights through per-SM pages and check the page accounting");
     cmd->add_flag("--detect-races", o.detect_races, "CPU: run the vector-clock race detector (slow)");

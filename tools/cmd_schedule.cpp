@@ -48,8 +48,8 @@ void register_schedule(CLI::App& app) {
                     "cuda: N ranks sharing one GPU (each rank gets 1/N of its SMs)")
         ->check(CLI::Range(1u, 64u));
     cmd->add_option("--prefill", o->prefill,
-                    "Compile the prefill step for chunks of T prompt tokens instead of the decode step (cpu backend, "
-                    "no --tp yet)")
+                    "Compile the prefill step for chunks of T prompt tokens instead of the decode step (cpu backend; "
+                    "with --tp split across the ranks as the decode step is)")
         ->check(CLI::Range(1u, 4096u));
     cmd->add_flag("--all-logits", o->all_logits, "With --prefill: the logits of every token of the chunk, not only the last");
     cmd->add_option("--kv-type", o->backend.kv_type, "How the KV cache stores K and V: f32 (default) | bf16")
@@ -70,10 +70,9 @@ void register_schedule(CLI::App& app) {
         }
         const auto t0 = std::chrono::steady_clock::now();
         if (o->all_logits && !o->prefill) fail("--all-logits goes with --prefill T");
-        if (o->prefill && tp > 1) fail("--prefill {}: tensor-parallel prefill schedules are not built yet", o->prefill);
         const KvType kv_type = resolve_kv_type(o->backend);
         Schedule s = o->prefill ? compile_prefill_schedule(config, formats, target, parse_policy(o->backend.policy),
-                                                           o->prefill, o->all_logits, kv_type)
+                                                           o->prefill, o->all_logits, kv_type, tp)
                                 : compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp, kv_type);
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         VerifyReport report = verify(s);

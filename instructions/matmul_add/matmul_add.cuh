@@ -1,4 +1,4 @@
-// matmul_add on the device: x[j][row] += W[row] . in[j] for the step's tokens; each tile's row is dotted with
+// matmul_add on the device: x[j][row] += W[row] . in[j] (or = with store) for the step's tokens; each tile's row is dotted with
 // every token's input by the warp that owns it (rows_math.cuh), so the chunk reads each weight row once.
 #pragma once
 #include "instructions/common/rows_math.cuh"
@@ -16,7 +16,9 @@ struct MatmulAddDevice {
             ctx, team, tiles, dev::step_tokens(ctx, a.n_tok), a.cols,
             [&](uint32_t j) { return dev::TokenVector{in + uint64_t(j) * a.cols}; },
             [&](const DeviceTile&, uint32_t row, uint32_t j, float dot) {
-                if (team.lane() == 0) x[uint64_t(j) * a.x_width + row] += dot;
+                if (team.lane() != 0) return;
+                float& out = x[uint64_t(j) * a.x_width + row];
+                out = a.store ? dot : out + dot;
             });
     }
 };

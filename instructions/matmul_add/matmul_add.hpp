@@ -1,5 +1,6 @@
 // matmul_add (prefill): a block of output rows of a matrix times the chunk's T input vectors, added into
-// the fp32 residual streams: x[j][rows] += W[rows, :] . in[j] (the O- and down-projections of a chunk).
+// the fp32 residual streams: x[j][rows] += W[rows, :] . in[j] (the O- and down-projections of a chunk), or with
+// `store` written as they are (a tensor-parallel rank's partial results, summed later by reduce_add).
 // Each weight row is read once for all T columns.
 #pragma once
 #include "instructions/common/page_plan.hpp"
@@ -16,6 +17,7 @@ struct MatmulAddArgs {
     uint32_t x_off;    // (n_tok, x_width) fp32 residual streams
     uint32_t x_width;  // d_model
     uint32_t n_tok;    // the compiled chunk size T
+    uint32_t store;    // 1: x[j][rows] = W . in[j] (no add)
 };
 
 struct MatmulAddOp {

@@ -13,14 +13,17 @@ void MatmulAddOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     float* x = ctx.f32(a.x_off);
     ColumnDots dots(ctx, ctx.f32(a.in_off), a.cols, n);
     for_each_tile_row_dots(ctx, a.weight, dots, n, [&](uint32_t row, const float* dot) {
-        for (uint32_t j = 0; j < n; ++j) x[size_t(j) * a.x_width + row] += dot[j];
+        for (uint32_t j = 0; j < n; ++j) {
+            float& out = x[size_t(j) * a.x_width + row];
+            out = a.store ? dot[j] : out + dot[j];
+        }
     });
 }
 
 std::string MatmulAddOp::describe(const Instruction& ins) {
     auto a = decode_args<MatmulAddArgs>(ins);
-    return fmt::format("matmul_add w={} rows [{}, {}) k={} T={}", a.weight, a.row_begin, a.row_begin + a.n_rows,
-                       a.cols, a.n_tok);
+    return fmt::format("matmul_add w={} rows [{}, {}) k={} T={}{}", a.weight, a.row_begin, a.row_begin + a.n_rows,
+                       a.cols, a.n_tok, a.store ? " store" : "");
 }
 
 }  // namespace mk

@@ -17,7 +17,8 @@ std::vector<Expected> MatmulAddOp::reference(const Instruction& ins, const OpBuf
         std::vector<double> x = ref_f32(b, x_row, a.n_rows);
         if (j < n) {
             const std::vector<double> in = ref_f32(b, a.in_off + 4ull * j * a.cols, a.cols);
-            for (uint32_t r = 0; r < a.n_rows; ++r) x[r] += ref_dot(ref_row(b, a.weight, a.row_begin + r), in);
+            for (uint32_t r = 0; r < a.n_rows; ++r)
+                x[r] = (a.store ? 0.0 : x[r]) + ref_dot(ref_row(b, a.weight, a.row_begin + r), in);
         }
         out.push_back(ref_arena(fmt::format("x[{}]", j), x_row, std::move(x)));
     }
@@ -25,18 +26,20 @@ std::vector<Expected> MatmulAddOp::reference(const Instruction& ins, const OpBuf
 }
 
 std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
-    struct Shape { uint32_t rows, cols, row_begin, n_rows, n_tok, n; };
+    struct Shape { uint32_t rows, cols, row_begin, n_rows, n_tok, n, store; };
     std::vector<OpCase> out;
     for (DType dtype : kMatrixFormats)
-        for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4}, Shape{48, 512, 0, 48, 7, 5}}) {
+        for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4, 0}, Shape{48, 512, 0, 48, 7, 5, 0},
+                                Shape{40, 256, 8, 24, 5, 3, 1}}) {
             CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);
             const uint32_t weight = c.weight(dtype, s.rows, s.cols, 0.5f);
             const uint32_t in = c.activation(uint64_t(s.n_tok) * s.cols), x = c.activation(uint64_t(s.n_tok) * s.rows);
             c.buffers().step.n_tokens = int32_t(s.n);
-            out.push_back(c.finish(fmt::format("matmul_add {} {}x{} rows [{}, {}) {} of {} tokens", dtype_name(dtype),
-                                               s.rows, s.cols, s.row_begin, s.row_begin + s.n_rows, s.n, s.n_tok),
+            out.push_back(c.finish(fmt::format("matmul_add {} {}x{} rows [{}, {}) {} of {} tokens{}", dtype_name(dtype),
+                                               s.rows, s.cols, s.row_begin, s.row_begin + s.n_rows, s.n, s.n_tok,
+                                               s.store ? " store" : ""),
                                    make_instruction<MatmulAddOp>({weight, s.row_begin, s.n_rows, s.cols, in, x, s.rows,
-                                                                  s.n_tok})));
+                                                                  s.n_tok, s.store})));
         }
     return out;
 }

@@ -1,6 +1,7 @@
 // The CPU Program: arena, KV cache and bound weights around the virtual-SM interpreter. Tensor-parallel
 // ranks get an arena each, as separate GPUs would, so a transfer is the only way into a peer's buffers.
-// A prefill schedule, when given, runs in a second interpreter with its own arena over the same weights and cache.
+// A prefill schedule, when given, runs in a second interpreter with its own arenas (one per rank) over the same
+// weights and cache.
 // A context whose KV cache cannot fit the available memory (MemAvailable, or MK_MEMORY_LIMIT) is refused
 // before allocating.
 #include <algorithm>
@@ -122,8 +123,7 @@ public:
         if (last_prefill_ > 0) {  // the chunk's last token's
             const Schedule& p = prefill_->schedule();
             const uint64_t row = p.all_logits ? last_prefill_ - 1 : 0;
-            return {reinterpret_cast<const float*>(prefill_arena_.data() + p.logits_off / 4) + row * p.dims.vocab,
-                    p.dims.vocab};
+            return {prefill_logits_base() + row * p.dims.vocab, p.dims.vocab};
         }
         const Schedule& s = interpreter_->schedule();
         return {reinterpret_cast<const float*>(rank_bases_[0] + s.logits_off), s.dims.vocab};  // rank 0's
@@ -138,7 +138,9 @@ public:
         if (pos < 0 || uint64_t(pos) + tokens.size() > ctx_len_)
             fail("positions {}..{} are outside the context of {} tokens", pos, pos + int64_t(tokens.size()) - 1, ctx_len_);
         if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
-        std::memcpy(prefill_arena_.data() + p.tokens_off / 4, tokens.data(), 4 * tokens.size());
+        for (uint32_t r = 0; r < p.tp_size; ++r)  // every rank embeds the chunk
+            std::memcpy(prefill_bases_[r] + p.tokens_off + uint64_t(r) * p.rank_arena_bytes, tokens.data(),
+                        4 * tokens.size());
         StepState state;
         state.pos = pos;
         state.n_tokens = int32_t(tokens.size());
@@ -156,9 +158,7 @@ public:
     }
     std::span<const float> prefill_logits() const override {
         if (!prefill_all_logits() || last_prefill_ == 0) return Program::prefill_logits();
-        const Schedule& p = prefill_->schedule();
-        return {reinterpret_cast<const float*>(prefill_arena_.data() + p.logits_off / 4),
-                size_t(last_prefill_) * p.dims.vocab};
+        return {prefill_logits_base(), size_t(last_prefill_) * prefill_->schedule().dims.vocab};
     }
     void reset() override { next_pos_ = 0; }
     void truncate(uint32_t n_past) override {
@@ -201,27 +201,38 @@ public:
     uint32_t n_threads() const override { return interpreter_->n_threads(); }
 
 private:
-    // The prefill step's own arena and counters over the same weights and KV cache. The race detector tracks
-    // one position a step, so it checks the decode steps only.
+    // The prefill step's own arenas (one per rank, as the decode step's) and counters over the same weights and
+    // KV cache. The race detector tracks one position a step, so it checks the decode steps only.
     void start_prefill(Schedule prefill, const ProgramMemory& decode_memory, InterpreterOptions io) {
         const Schedule& s = interpreter_->schedule();
         if (prefill.prefill_tokens == 0) fail("the prefill schedule is a decode step (compile it with --prefill T)");
-        if (prefill.tp_size != 1 || s.tp_size != 1) fail("multi-token prefill runs without tensor parallelism so far");
+        if (prefill.tp_size != s.tp_size)
+            fail("the prefill schedule is for {} tensor-parallel rank(s), the decode schedule for {}", prefill.tp_size,
+                 s.tp_size);
         if (prefill.config_hash != s.config_hash || prefill.weights.size() != s.weights.size())
             fail("the prefill schedule was compiled for another model");
         for (size_t id = 0; id < s.weights.size(); ++id)
             if (prefill.weights[id].dtype != s.weights[id].dtype || prefill.weights[id].row_bytes != s.weights[id].row_bytes)
                 fail("the prefill schedule expects weight {} in another format", id);
+        const uint64_t region = prefill.tp_size > 1 ? prefill.rank_arena_bytes : prefill.arena_bytes;
         try {
-            prefill_arena_.assign(prefill.arena_bytes / 4 + 1, 0.0f);
+            prefill_arenas_.resize(prefill.tp_size);
+            for (uint32_t r = 0; r < prefill.tp_size; ++r) {
+                prefill_arenas_[r].assign(region / 4 + 1, 0.0f);
+                prefill_bases_.push_back(rank_biased(reinterpret_cast<uint8_t*>(prefill_arenas_[r].data()), r * region));
+            }
         } catch (const std::bad_alloc&) {
             fail("cannot allocate the prefill arena of {} bytes", prefill.arena_bytes);
         }
         ProgramMemory memory = decode_memory;
-        memory.arena = reinterpret_cast<uint8_t*>(prefill_arena_.data());
-        memory.rank_arenas = nullptr;
+        memory.arena = prefill_bases_[0];
+        memory.rank_arenas = prefill_bases_.data();
         io.detect_races = false;
         prefill_ = std::make_unique<Interpreter>(std::move(prefill), memory, io);
+    }
+    // Rank 0's prefill logits (the peers send it their vocabulary slices).
+    const float* prefill_logits_base() const {
+        return reinterpret_cast<const float*>(prefill_bases_[0] + prefill_->schedule().logits_off);
     }
     void copy_kv(uint32_t n_past, size_t k_floats, size_t v_floats) const {
         const uint64_t want = kv_floats(interpreter_->schedule(), n_past);
@@ -246,7 +257,8 @@ private:
     uint32_t epoch_ = 0;
     uint32_t next_pos_ = 0;
     std::unique_ptr<Interpreter> interpreter_;
-    std::vector<float> prefill_arena_;   // the prefill schedule's activation arena, float-aligned
+    std::vector<std::vector<float>> prefill_arenas_;  // the prefill schedule's activation arena of each rank
+    std::vector<uint8_t*> prefill_bases_;              // their ProgramMemory::rank_arenas
     std::unique_ptr<Interpreter> prefill_;  // null without a prefill schedule
     uint32_t prefill_epoch_ = 0;
     uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0

@@ -13,6 +13,7 @@
 #include "models/synthetic.hpp"
 #include "runtime/program.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/tensor_parallel.hpp"
 #include "scheduler/verify.hpp"
 #include "tests/test_compare.hpp"
 #include "tests/test_paths.hpp"
@@ -153,6 +154,24 @@ TEST_CASE("prefill schedules verify, and a dropped attention wait is refused", "
                 REQUIRE(report.ok);
                 CHECK(s.prefill_tokens == chunk);
             }
+    // With tensor parallelism rank 0's embed waits for two groups of the previous chunk (its LM head, and the
+    // peers' logits slices), which its stream must both keep (it once kept only the first: on this 1B shape
+    // with T = 64 a peer's LM-head slice could then be overwritten while its transfer still read it).
+    for (const char* spec : {"synthetic:smollm2-135m:q4_1:layers=2:vocab=2048", "synthetic:llama-3.2-1b:bf16:layers=2"}) {
+        const SyntheticSpec shape = parse_synthetic_spec(spec);
+        const ModelConfig tp_config = synthetic_config(shape);
+        const uint32_t tp = uint32_t(tp_config.n_kv_heads) % 2 == 0 ? 2 : 3;
+        const std::vector<WeightFormat> tp_formats =
+            tp_weight_formats(synthetic_weight_formats(shape), model_dims(tp_config), tp);
+        for (uint32_t chunk : {7u, 64u}) {
+            Schedule s = compile_prefill_schedule(tp_config, tp_formats, target_h200(), Policy::critical_path, chunk,
+                                                  chunk == 7, KvType::f32, tp);
+            VerifyReport report = verify(s);
+            INFO(spec << " TP " << tp << " chunk " << chunk << ": " << report.summary());
+            REQUIRE(report.ok);
+            CHECK(s.tp_size == tp);
+        }
+    }
     Schedule s = compile_prefill_schedule(config, formats, target_cpu(), Policy::critical_path, 16, false);
     bool dropped = false;
     for (auto& stream : s.streams)

@@ -1,6 +1,6 @@
 // Tensor parallel on the CPU backend: the combined schedule of N emulated ranks against TP = 1 (the same
-// greedy tokens, logits within 1e-4 relative L2 at every step), and the verifier refusing a schedule whose
-// cross-rank ordering or memory ownership is broken.
+// greedy tokens, logits within 1e-4 relative L2 at every step; prefill chunks within 1e-5 at every position),
+// and the verifier refusing a schedule whose cross-rank ordering or memory ownership is broken.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "instructions/reduce_add/reduce_add.hpp"
+#include "instructions/sample/sampling.hpp"
 #include "instructions/transfer/transfer.hpp"
 #include "models/error.hpp"
 #include "models/model.hpp"
@@ -276,6 +277,82 @@ TEST_CASE("the verifier refuses a dropped cross-rank wait and memory touched acr
                                      Catch::Contains("only a transfer may signal another rank's counter"));
     // The untouched schedule passes the same check.
     CHECK(verify(s).count(VerifyCheck::ranks) == 0);
+}
+
+// Prefill in chunks with TP = tp (all logits), from position 0: the logits of every prompt position.
+std::vector<std::vector<float>> tp_prefill_logits(const Model& model, const Target& target, uint32_t tp, uint32_t chunk,
+                                                  std::span<const int32_t> prompt) {
+    const Schedule decode = tp_schedule(model, target, tp);
+    Schedule prefill = compile_prefill_schedule(model.config, decode.weights, target, Policy::critical_path, chunk, true,
+                                                KvType::f32, tp);
+    const VerifyReport report = verify(prefill);  // every TP prefill schedule the scheduler produces must verify
+    INFO("tp " << tp << " prefill " << chunk << ": " << report.summary());
+    REQUIRE(report.ok);
+    ProgramOptions o;
+    o.n_threads = 2;
+    o.ctx_len = 64;
+    auto program = make_cpu_program(model, decode, o, std::move(prefill));
+    std::vector<std::vector<float>> out;
+    for (size_t i = 0; i < prompt.size(); i += chunk) {
+        const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+        program->prefill(prompt.subspan(i, n), int32_t(i));
+        const std::span<const float> all = program->prefill_logits();
+        const size_t vocab = model.config.vocab_size;
+        REQUIRE(all.size() == n * vocab);
+        for (size_t j = 0; j < n; ++j) out.emplace_back(all.begin() + int64_t(j * vocab), all.begin() + int64_t((j + 1) * vocab));
+    }
+    // The decode steps continue from the prefilled cache: the next greedy token as TP 1's token by token.
+    out.emplace_back(1, float(program->step(argmax(out.back().data(), uint32_t(out.back().size())),
+                                            int32_t(prompt.size()), {}, {})));
+    return out;
+}
+
+TEST_CASE("tensor-parallel prefill (TP=2, 3) gives TP=1's logits at every position and the same continuation",
+          "[cpu][tp][prefill]") {
+    for (const char* dtype : {"f32", "q8_0"}) {
+        INFO(dtype);
+        Model model = synthetic(fmt::format(fmt::runtime(std::string("synthetic:") + kSplitShape + ":seed=26"), dtype),
+                                fmt::format("tp_prefill_{}.gguf", dtype));
+        const Target target = target_custom(5, 232448);
+        const std::vector<int32_t> prompt = {1, 17, 400, 999, 3, 250, 77, 12, 640, 5, 301, 42, 808, 9, 2, 555, 6, 71, 900};
+        // TP 1 token by token (19 positions, then its greedy token from the last one's logits).
+        const std::vector<int32_t> inputs = greedy_inputs(model, target, prompt, 2);
+        const Run one = run(model, tp_schedule(model, target, 1), inputs);
+        for (uint32_t tp : {2u, 3u})
+            for (uint32_t chunk : {1u, 7u, 16u}) {
+                const auto got = tp_prefill_logits(model, target, tp, chunk, prompt);
+                double worst = 0;
+                for (size_t p = 0; p < prompt.size(); ++p) worst = std::max(worst, test::rel_l2(got[p], one.logits[p]));
+                INFO("tp " << tp << ", chunks of " << chunk << ": worst relative L2 " << worst);
+                CHECK(worst < 1e-5);
+                CHECK(int32_t(got.back()[0]) == one.sampled[prompt.size()]);
+            }
+    }
+}
+
+TEST_CASE("the verifier refuses a TP prefill schedule whose sum does not wait for the peers", "[cpu][tp][prefill]") {
+    Model model = synthetic(fmt::format(fmt::runtime(std::string("synthetic:") + kSplitShape + ":seed=27"), "f32"),
+                            "tp_prefill_verify.gguf");
+    const Schedule decode = tp_schedule(model, target_custom(4, 232448), 2);
+    Schedule s = compile_prefill_schedule(model.config, decode.weights, decode.target, Policy::critical_path, 8, false,
+                                          KvType::f32, 2);
+    REQUIRE(verify(s).ok);
+    CHECK(s.tp_size == 2);
+    bool dropped = false;
+    for (auto& stream : s.streams)
+        for (Instruction& ins : stream)
+            for (uint32_t w = 0; w < ins.n_waits && !dropped; ++w)
+                if (ins.opcode == uint16_t(Opcode::reduce_add) &&
+                    s.counters[ins.waits[w].counter].name.find("_recv.") != std::string::npos) {
+                    for (uint32_t k = w; k + 1 < ins.n_waits; ++k) ins.waits[k] = ins.waits[k + 1];
+                    ins.n_waits--;
+                    dropped = true;
+                }
+    REQUIRE(dropped);
+    const VerifyReport report = verify(s);
+    INFO(report.summary());
+    CHECK(report.count(VerifyCheck::race) > 0);
+    CHECK_THAT(report.summary(), Catch::Contains("reduce_add") && Catch::Contains("transfer"));
 }
 
 TEST_CASE("a model that cannot split N ways is refused with the reason", "[cpu][tp]") {

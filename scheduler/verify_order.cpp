@@ -11,6 +11,7 @@
 // once the previous ones are done, and step e+1 against step e behaves like step 1 against step 0
 // (happens-before of step e against e+1 is read off step 0 against step 1).
 #include <map>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -87,11 +88,46 @@ std::string region_text(uint32_t space, uint64_t begin, uint64_t end) {
     return fmt::format("{} slots [{}, {}) {}", cache == 0 ? "k_cache" : "v_cache", begin, end, kRowText[cls]);
 }
 
+// The reads since a write, as nodes of a trie shared by every segment: appending a reader to a list gives the
+// same id wherever the same readers came in the same order, so the (T, d_model) rows of a prefill chunk, split
+// into thousands of segments by the row blocks that write them, share one list per reading history.
+class ReadLists {
+public:
+    static constexpr uint32_t kEmpty = 0;
+    ReadLists() : nodes_(1, Node{kEmpty, kNone}) {}
+    uint32_t append(uint32_t list, uint32_t reader) {
+        if (list != kEmpty && nodes_[list].reader == reader) return list;
+        const uint64_t key = uint64_t(list) << 32 | reader;
+        if (key == last_key_) return last_child_;  // the previous segment's list, usually
+        const auto [it, added] = child_.try_emplace(key, uint32_t(nodes_.size()));
+        if (added) nodes_.push_back({list, reader});
+        last_key_ = key;
+        last_child_ = it->second;
+        return last_child_;
+    }
+    // f(id, reader) for each read of `list`, latest first, until f returns false. A list's id is its latest read's:
+    // the ids passed are those of `list` and of each shorter list it extends.
+    template <typename F>
+    void walk(uint32_t list, F&& f) const {
+        for (; list != kEmpty && f(list, nodes_[list].reader); list = nodes_[list].parent) {
+        }
+    }
+
+private:
+    struct Node {
+        uint32_t parent, reader;
+    };
+    std::vector<Node> nodes_;
+    std::unordered_map<uint64_t, uint32_t> child_;
+    uint64_t last_key_ = UINT64_MAX;
+    uint32_t last_child_ = kEmpty;
+};
+
 // The latest write and the reads since, per elementary range of one space.
 struct Segment {
     uint64_t end = 0;
     uint32_t last_write = kNone;
-    std::vector<uint32_t> reads;
+    uint32_t reads = ReadLists::kEmpty;
 };
 
 class RaceSweep {
@@ -139,6 +175,10 @@ private:
     }
 
     void apply(uint32_t space, uint64_t begin, uint64_t end, uint32_t node, bool write) {
+        if (node != checked_for_) {  // a node's accesses come one after another
+            checked_for_ = node;
+            ++epoch_;
+        }
         Map& map = spaces_[space];
         split(map, begin);
         split(map, end);
@@ -147,22 +187,36 @@ private:
         while (at < end && !ctx_.stopped) {
             if (it == map.end() || it->first > at) {
                 const uint64_t gap_end = it == map.end() ? end : std::min(end, it->first);
-                it = map.emplace_hint(it, at, Segment{gap_end, kNone, {}});
+                it = map.emplace_hint(it, at, Segment{gap_end, kNone, ReadLists::kEmpty});
             }
             Segment& seg = it->second;
-            if (seg.last_write != kNone && seg.last_write != node)
+            // Each earlier write and read is checked against this node once: the answer (happens-before) is the
+            // same on every segment; the first segment a race is found on names the region. A read list whose
+            // id was checked has had every shorter list it extends checked too, so a walk stops there.
+            if (seg.last_write != kNone && seg.last_write != node && first_time(write_checked_, seg.last_write))
                 check(seg.last_write, true, node, write, space, at, seg.end);
             if (write) {
-                for (uint32_t r : seg.reads)
+                reads_.walk(seg.reads, [&](uint32_t id, uint32_t r) {
+                    if (!first_time(list_checked_, id)) return false;
                     if (r != node) check(r, false, node, true, space, at, seg.end);
+                    return true;
+                });
                 seg.last_write = node;
-                seg.reads.clear();
-            } else if (seg.reads.empty() || seg.reads.back() != node) {
-                seg.reads.push_back(node);
+                seg.reads = ReadLists::kEmpty;
+            } else {
+                seg.reads = reads_.append(seg.reads, node);
             }
             at = seg.end;
             ++it;
         }
+    }
+
+    // Whether `id` is seen for the first time since the current node's accesses began (stamps by epoch).
+    bool first_time(std::vector<uint32_t>& stamps, uint32_t id) {
+        if (id >= stamps.size()) stamps.resize(std::max<size_t>(id + 1, 2 * stamps.size()), 0);
+        if (stamps[id] == epoch_) return false;
+        stamps[id] = epoch_;
+        return true;
     }
 
     // p comes before q in sequential order and they conflict on [begin, end) of `space`.
@@ -184,6 +238,10 @@ private:
     Context& ctx_;
     const HappensBefore& hb_;
     std::vector<Map> spaces_;
+    ReadLists reads_;
+    // The writes and read-list ids already checked against the node whose accesses are being applied.
+    uint32_t checked_for_ = kNone, epoch_ = 0;
+    std::vector<uint32_t> write_checked_, list_checked_;  // by node / list id: the epoch it was checked in
     std::unordered_set<uint64_t> reported_;
 };
 

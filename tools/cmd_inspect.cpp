@@ -8,6 +8,7 @@
 
 #include "instructions/registry.hpp"
 #include "models/error.hpp"
+#include "scheduler/device_calibration.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
 #include "scheduler/verify.hpp"
@@ -161,6 +162,7 @@ void register_inspect(CLI::App& app) {
         std::string file, svg, trace;
         uint32_t position = 511;
         std::string cost = "auto";
+        std::string calibration;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("inspect", "Describe a .mks schedule: counts, bytes, simulated timeline, verdict");
@@ -172,12 +174,20 @@ void register_inspect(CLI::App& app) {
                     "Cost model: device (the resident CUDA interpreter, scheduler/device_cost.hpp) | ideal (bytes at "
                     "the SM's share of bandwidth) | auto (device unless the target is cpu)")
         ->check(CLI::IsMember({"auto", "device", "ideal"}));
+    cmd->add_option("--calibration", o->calibration,
+                    "Price the device cost model with the constants measured into this file (mk devices --calibrate) "
+                    "instead of the assumed ones");
     cmd->callback([o] {
         Schedule s = load_schedule(o->file);
         SimOptions so;
         so.position = o->position;
-        const DeviceModel device = device_model_h200();
+        std::string calibration_report;
+        const DeviceModel device = calibrated_device_model(o->calibration, s.target, calibration_report);
         if (o->cost == "device" || (o->cost == "auto" && s.target.name != "cpu")) so.device = &device;
+        if (!o->calibration.empty() && !so.device)
+            fail("--calibration {}: prices the device cost model, which --cost {} on target {} does not use",
+                 o->calibration, o->cost, s.target.name);
+        fmt::print("{}", calibration_report);
         VerifyReport report = verify(s);
         if (report.count(VerifyCheck::structure))  // the simulator needs a well-formed schedule
             fail("{}: {}", o->file, report.summary());

@@ -9,6 +9,7 @@
 #include "models/error.hpp"
 #include "models/synthetic.hpp"
 #include "scheduler/compile.hpp"
+#include "scheduler/device_calibration.hpp"
 #include "scheduler/device_cost.hpp"
 #include "scheduler/schedule_file.hpp"
 #include "scheduler/simulate.hpp"
@@ -26,6 +27,7 @@ void register_schedule(CLI::App& app) {
         BackendOptions backend;
         uint32_t prefill = 0;
         bool all_logits = false;
+        std::string calibration;
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand("schedule", "Compile a model's decode step into per-SM instruction streams (.mks)");
@@ -54,8 +56,13 @@ void register_schedule(CLI::App& app) {
     cmd->add_flag("--all-logits", o->all_logits, "With --prefill: the logits of every token of the chunk, not only the last");
     cmd->add_option("--kv-type", o->backend.kv_type, "How the KV cache stores K and V: f32 (default) | bf16")
         ->check(CLI::IsMember({"f32", "bf16"}));
+    cmd->add_option("--calibration", o->calibration,
+                    "Price the device cost model's prediction with the constants measured into this file (mk devices "
+                    "--calibrate) instead of the assumed ones");
     cmd->callback([o] {
         const Target target = resolve_target(o->backend);
+        if (!o->calibration.empty() && target.name == "cpu")
+            fail("--calibration {}: prices the device cost model, which target cpu does not use", o->calibration);
         const uint32_t tp = resolve_tp(o->backend);
         ModelConfig config;
         std::vector<WeightFormat> formats;
@@ -96,13 +103,17 @@ void register_schedule(CLI::App& app) {
         fmt::print("predicted step time {:.1f} us ({:.0f} GB/s of weights at {} GB/s peak; ideal model)\n",
                    sim.makespan_ns / 1e3, sim.weight_gbs(), peak);
         if (target.name != "cpu") {  // what `mk inspect` shows by default for a GPU target
-            const DeviceModel device = device_model_h200();
+            // The calibration's constants price this prediction only (the schedule is compiled as assumed).
+            Schedule priced = s;
+            std::string calibration_report;
+            const DeviceModel device = calibrated_device_model(o->calibration, priced.target, calibration_report);
+            fmt::print("{}", calibration_report);
             SimOptions so;
             so.device = &device;
-            const Simulation dev = simulate(s, so);
-            fmt::print("device cost model at position {}: step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token "
+            const Simulation dev = simulate(priced, so);
+            fmt::print("device cost model ({}) at position {}: step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token "
                        "({:.0f} GB/s of weights; mk inspect for the breakdown)\n",
-                       so.position, dev.makespan_ns / 1e3, dev.step_boundary_ns / 1e3, dev.token_ns() / 1e6,
+                       device.name, so.position, dev.makespan_ns / 1e3, dev.step_boundary_ns / 1e3, dev.token_ns() / 1e6,
                        dev.weight_gbs());
         }
     });

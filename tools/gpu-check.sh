@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks in one call on a lent H200, smallest first: smoke, sanitize, ops, forward, resident
-# (+ the HF check), tp (tensor parallel on SM partitions: --tp-loopback), bench, compiled. Each stage
-# runs under its limit in the table below, which with the rebuild's row and the margin fits 7 minutes.
+# The GPU checks in one call on a lent H200, smallest first: smoke, calibrate (the cost model's constants),
+# sanitize, ops, forward, resident (+ the HF check), tp (tensor parallel on SM partitions: --tp-loopback), bench,
+# compiled. Each stage runs under its limit in the table below, which with the rebuild's row and the margin fits
+# 7 min 15 s (7 min before the calibrate row).
 # A failed smoke stops the run; a failed correctness stage skips the benchmarks. Logs, the closing
 # tables and results.md (rows for bench/RESULTS.md) go to $OUT (./gpu-check-out when unset).
 # Exit 1 when a stage failed. See README "GPU check".
@@ -22,6 +23,7 @@ set -uo pipefail
 limits_table="\
 rebuild   90  Release build of mk and mk_cuda_tests there, only when the carried binaries do not run
 smoke     25  nvidia-smi, mk devices, [cuda][smoke]
+calibrate 15  micro-kernels measure the device cost model's constants; the Llama-3.2-1B prediction re-priced
 sanitize  45  compute-sanitizer memcheck, synccheck and racecheck on [cuda][sanitize] (stepwise, tiny)
 ops       30  [cuda][ops]
 forward   45  [cuda][forward]
@@ -30,7 +32,7 @@ tp        30  [cuda][tp], mk generate --backend cuda --tp-loopback 3 against --b
 bench     80  copy bandwidth; BF16 tg128 -r 3 (cuda; kernels, graph -r 1), pp512; Q8_0, Q4_1 as time allows; torch eager
 compiled  15  torch.compile baseline: last, and only when the run still has this slot
 "
-budget_s=420 margin_s=20
+budget_s=435 margin_s=20
 early_stop="on failure: stop (smoke) / skip bench (correctness stages)"
 correctness_stages=" ops forward resident tp "
 
@@ -294,6 +296,24 @@ stage_smoke() {
   if command -v nvidia-smi >/dev/null; then step 10 "nvidia-smi" -- nvidia-smi -L; fi
   step 15 "mk devices" -- "$mk" devices
   step 20 "[cuda][smoke]" -- "$cuda_tests" "[cuda][smoke]" "${catch_flags[@]}"
+}
+# The device cost model's constants measured by micro-kernels (runtime/cuda/calibrate.cu) into calibration.json,
+# then the Llama-3.2-1B-shape BF16 prediction priced with the assumed constants and with the measured ones
+# (calibration.md: the constants side by side, the re-priced per-op breakdown). Early, so later runs can use it.
+stage_calibrate() {
+  local cal="$out/calibration.json" mks="$work/calibrate.mks"
+  step 6 "[cuda][calibrate]" -- "$cuda_tests" "[cuda][calibrate]" "${catch_flags[@]}"
+  step 4 "mk devices --calibrate" -- "$mk" devices --calibrate "$cal" --backend "$cuda" || return
+  step 3 "mk schedule llama-3.2-1b bf16 for the h200" -- "$mk" schedule -m synthetic:llama-3.2-1b:bf16 --target h200 \
+    --backend cuda -o "$mks" --calibration "$cal" || return
+  step 2 "mk inspect (assumed constants)" -- "$mk" inspect "$mks" >"$work/inspect-assumed.txt" || return
+  step 2 "mk inspect --calibration" -- "$mk" inspect "$mks" --calibration "$cal" >"$out/calibration.md" || return
+  ((dry_run)) && return
+  {
+    echo "assumed:  $(grep '^cost model' "$work/inspect-assumed.txt")"
+    echo "measured: $(grep '^cost model' "$out/calibration.md")"
+  } | tee -a "$out/calibration.md"
+  sed -n '/^calibration /,/^target /p' "$out/calibration.md"
 }
 # compute-sanitizer from PATH or beside nvcc.
 find_sanitizer() {

@@ -26,6 +26,8 @@ namespace mk::ptx {
 __device__ inline uint32_t smem_address(const void* p) { return ::mk_emu::shared_address(p); }
 __device__ inline void bar_sync(uint32_t id, uint32_t count MK_WHERE) { ::mk_emu::bar_sync(id, count, where); }
 __device__ inline uint64_t global_timer_ns() { return ::mk_emu::global_timer_ns(); }
+// The SM's cycle counter; the emulator's twin counts nanoseconds (a 1 GHz clock).
+__device__ inline uint64_t clock_cycles() { return ::mk_emu::global_timer_ns(); }
 __device__ inline void fence_proxy_async_global(MK_WHERE_ONLY) { ::mk_emu::fence_proxy_async(where); }
 __device__ inline void fence_mbarrier_init(MK_WHERE_ONLY) { ::mk_emu::fence(where); }
 __device__ inline void mbarrier_init(uint64_t* bar, uint32_t count MK_WHERE) { ::mk_emu::mbarrier_init(bar, count, where); }
@@ -64,6 +66,7 @@ __device__ inline uint64_t global_timer_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+__device__ inline uint64_t clock_cycles() { return uint64_t(clock64()); }
 // Generic-proxy writes seen through an acquire become visible to later async-proxy (bulk) reads.
 __device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 __device__ inline void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }

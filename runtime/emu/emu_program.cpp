@@ -5,6 +5,7 @@
 #include <mk_emu/emulator.hpp>
 
 #include "models/error.hpp"
+#include "runtime/cuda/calibrate.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 
 namespace mk {
@@ -32,5 +33,7 @@ std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule sche
     co.trace_file = options.trace_file;
     return make_cuda_program(model, std::move(schedule), co);
 }
+
+Calibration run_emulated_calibration() { return run_calibration(); }
 
 }  // namespace mk

@@ -7,6 +7,7 @@
 
 #include "models/model.hpp"
 #include "runtime/program.hpp"
+#include "scheduler/device_calibration.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace mk {
@@ -28,5 +29,8 @@ inline constexpr uint64_t kEmuSmemOptin = 232448;  // the H200's opt-in shared m
 
 // Opens the program on the emulator (its configuration: mk_emu::configure, or MK_EMU_SEED / MK_EMU_SMS).
 std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule schedule, const CudaEmuOptions& options);
+
+// The calibration micro-kernels (runtime/cuda/calibrate.cu) run by the emulator: "emulated", values that time it.
+Calibration run_emulated_calibration();
 
 }  // namespace mk

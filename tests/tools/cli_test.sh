@@ -93,6 +93,23 @@ PY
     [[ $(cat "$out") == "$want" ]] || fail "cuda-emu's text differs from the cpu backend's: '$want'"
     echo "ok: cuda-emu = cpu: $want"
     ;;
+  calibration)
+    # mk devices --calibrate on the emulator writes an "emulated" file; mk inspect --calibration applies it with a
+    # warning and refuses a malformed one naming the file and the key.
+    dir=$(mktemp -d)
+    "$mk" devices --calibrate "$dir/cal.json" --backend cuda-emu >"$out" 2>"$err" || fail "mk devices --calibrate failed"
+    grep -q '"emulated": true' "$dir/cal.json" || fail "the emulated calibration does not say so"
+    "$mk" schedule -m synthetic:tiny-llama:f32 --target h200 --backend cuda -o "$dir/s.mks" >"$out" 2>"$err" \
+      || fail "mk schedule failed"
+    "$mk" inspect "$dir/s.mks" --calibration "$dir/cal.json" >"$out" 2>"$err" || fail "mk inspect --calibration failed"
+    grep -q 'measured on the CUDA emulator' "$out" || fail "no warning for an emulated calibration"
+    grep -q '^cost model: device (h200 (calibrated on' "$out" || fail "the prediction is not the calibrated one"
+    echo '{"mk_calibration": 1, "device": "d", "sms": 2, "emulated": false, "constants": {"fence_nanos": {"value": 1}}}' \
+      >"$dir/bad.json"
+    expect_error 2 "^mk: error: $dir/bad.json: constants.fence_nanos: unknown key" inspect "$dir/s.mks" \
+      --calibration "$dir/bad.json"
+    rm -rf "$dir"
+    ;;
   *)
     echo "cli_test: unknown case $case_name" >&2
     exit 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools.gpu_check_dry_run: `tools/gpu-check.sh --dry-run --bin BUILD` passes its checks and prints what a
 # GPU run needs decided in advance: every stage's commands (compute-sanitizer's three tools among them),
-# the early-stop rule, the limits table with its sum within 7 minutes, and where results.md goes with
+# the early-stop rule, the limits table with its sum within 7 min 15 s, and where results.md goes with
 # the results table's header.
 #   gpu_check_dry_run_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -20,11 +20,12 @@ for tool in memcheck synccheck racecheck; do
   expect "would run .*compute-sanitizer --tool $tool .*\[cuda\]\[sanitize\]" "the $tool command line"
 done
 expect '^on failure: stop \(smoke\) / skip bench \(correctness stages\)$' "the early-stop line"
-for stage in rebuild smoke sanitize ops forward resident tp bench compiled; do
+for stage in rebuild smoke calibrate sanitize ops forward resident tp bench compiled; do
   expect "^  $stage +[0-9]+  " "the limits table's $stage row"
 done
 sum=$(sed -nE 's/^  sum +([0-9]+) .*/\1/p' "$log")
-[[ -n $sum ]] && ((sum + 20 <= 420)) || { echo "gpu_check_dry_run_test: the limits' sum '$sum' s (+20 s margin) is over 7 minutes"; fail=1; }
+# 7 minutes, and 15 s for the calibrate stage (issue 20).
+[[ -n $sum ]] && ((sum + 20 <= 435)) || { echo "gpu_check_dry_run_test: the limits' sum '$sum' s (+20 s margin) is over 7 min 15 s"; fail=1; }
 grep -A1 -E '^results: .*/results\.md$' "$log" | grep -qF '| date | commit | device | model | weights | ctx | backend |' \
   || { echo "gpu_check_dry_run_test: 'results: <out>/results.md' is not followed by the results header"; fail=1; }
 exit $fail

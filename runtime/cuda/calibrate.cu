@@ -379,7 +379,7 @@ Calibration run_calibration() {
     }
     {
         Buffer bytes(256, "byte loads");
-        const uint32_t n = scaled(4096, 32);
+        const uint32_t n = scaled(65536, 32);  // ~1-2 ns each: 65536 keep the loop near 100 us
         const double per = median_of(repeats, [&](uint32_t) {
             launch("byte loads", byte_loads, 1, 32, 0, bytes.as<const uint8_t>(), n, t, sink.as<uint32_t>());
             return double(read_u64(t, "byte loads")) / n;
@@ -428,8 +428,9 @@ Calibration run_calibration() {
                 return double(read_u64(t, "warp chains")) / n;
             });
         };
-        const uint32_t n = scaled(4096, 16);
-        constant("shuffle_ns", chain(0, n), fmt::format("one warp's chain of {} dependent SHFL.BFLY", n));
+        const uint32_t n = scaled(4096, 16), n_shuffles = scaled(32768, 16);  // a shuffle is ~10-25 ns
+        constant("shuffle_ns", chain(0, n_shuffles),
+                 fmt::format("one warp's chain of {} dependent SHFL.BFLY", n_shuffles));
         constant("warp_reduce_ns", chain(1, n), fmt::format("one warp's chain of {} dev::warp_sum (5 shuffles)", n));
         constant("exp_ns", chain(2, n), fmt::format("one warp's chain of {} online-softmax steps (max, 2 expf, rescale)", n));
     }
@@ -456,7 +457,7 @@ Calibration run_calibration() {
                  "7 warps' " + what + " each at once, the vector in shared memory: columns of all warps");
     }
     {
-        const uint32_t n = scaled(4096, 2), warps = 8;
+        const uint32_t n = scaled(16384, 2), warps = 8;  // 2.1 GFLOP: ~0.3 ms at the datasheet's 7.5 TFLOPS
         const double gflops = median_of(repeats, [&](uint32_t) {
             launch("mma", mma_chains, 1, 32 * warps, 0, n, t, sink.as<float>());
             return double(warps) * 4 * n * (2.0 * 16 * 8 * 16) / double(std::max<uint64_t>(read_u64(t, "mma"), 1));

@@ -62,7 +62,8 @@ struct WeightFormat {
 // the KV caches are (layer, kv_head, position, head_dim) in the schedule's KvType.
 enum class Space : uint8_t { arena, k_cache, v_cache };
 // How a KV-cache region depends on the step's position.
-// A prefill step runs n_pos positions from pos: at_pos is then rows pos..pos+n_pos-1, upto_pos rows 0..pos+n_pos-1.
+// A prefill step runs n_pos positions from pos: at_pos is then rows pos+pos_offset..pos+pos_offset+n_pos-1 (an
+// instruction's token block of the chunk), upto_pos rows 0..pos+n_pos-1.
 enum class PosMode : uint8_t { none, at_pos, upto_pos };
 
 struct Access {
@@ -72,7 +73,8 @@ struct Access {
     uint64_t begin = 0, end = 0;
     bool write = false;
     PosMode pos = PosMode::none;
-    uint32_t n_pos = 1;  // positions of the step (a prefill chunk's T; 1 in a decode step)
+    uint32_t n_pos = 1;       // positions of the step (a prefill chunk's T or token block; 1 in a decode step)
+    uint32_t pos_offset = 0;  // at_pos: the first position's offset from pos (a token block's first token)
 };
 
 // A contiguous run of weight rows the op streams through one shared-memory page.

@@ -1,7 +1,7 @@
 // Builds the prefill-step graph: a chunk of up to T tokens through every layer at once. embed_rows; per layer
-// rms_qkv_rows blocks (K/V for the chunk's T positions), attn_rows (a KV head x a block of queries), matmul_add
-// O blocks, rms_gate_up_rows blocks, matmul_add down blocks; rms_lm_head_rows blocks. Each weight row is read
-// once per chunk. The host writes the tokens (into every rank's region) and samples from the last token's logits
+// rms_qkv_rows tiles (K/V for their tokens' positions), attn_rows (a KV head x a block of queries), matmul_add
+// O tiles, rms_gate_up_rows tiles, matmul_add down tiles; rms_lm_head_rows blocks. A tile is a row block x a token
+// block (gemm_tiling); each weight row is read once per token block. The host writes the tokens (into every rank's region) and samples from the last token's logits
 // (no sample op). With tensor parallelism every rank runs these over its share of the model, as in the decode
 // graph (graph.cpp): the projections' (T, d_model) partial results go to every peer and reduce_add sums them in
 // rank order; the LM-head slices go to rank 0, whose logits the host reads.
@@ -19,6 +19,59 @@ namespace {
 // A projection's partial results reach each peer in this many transfers (whole tokens each), so the copy of a
 // (T, d_model) slot is spread over SMs instead of one instruction moving all T rows.
 constexpr uint32_t kTransferPieces = 4;
+
+// How a projection of M output rows over a chunk of T tokens splits into (row block x token block) instructions,
+// as a GEMM splits into tiles.
+struct GemmTiling {
+    uint32_t rows;    // rows per block (the last may be shorter)
+    uint32_t tokens;  // tokens per block, a multiple of kTokenBlockAlign but for a chunk shorter than it
+};
+
+// The CPU's tile kernels take tokens 16 at a time (AVX2 and VNNI passes): a token block that is not a multiple of
+// 16 would leave a partial pass in every instruction instead of only in the chunk's tail.
+constexpr uint32_t kTokenBlockAlign = 16;
+
+// The tiling whose SMs move the fewest bytes. Mb row blocks each read every token's input once (Mb * T *
+// token_bytes, token_bytes = a token's K fp32 inputs) and Nb token blocks each read every weight row once
+// (Nb * M * row_bytes); the Mb * Nb instructions run in waves of n_sms, so the step waits for
+// waves * (one instruction's bytes): that is minimised, then the bytes in all. Row blocks alone (Nb = 1), as
+// before, made activations the whole cost on a GPU: Llama-3.2-1B's shape in BF16, T = 512, on 132 SMs moved
+// 60 GB a chunk, 58 of them activations. Per layer (instructions, bytes: activations + weights):
+//   qkv (M 3072, K 2048)     130 x 1  532 MiB -> 18 x 7 (172 rows x 80 tokens)   156 MiB
+//   o (M 2048, K 2048)       128 x 1  520 MiB -> 16 x 8 (128 x 64)               128 MiB
+//   gate_up (M 8192 x 2)     131 x 1  588 MiB -> 44 x 3 (187 x 176)              368 MiB
+//   down (M 2048, K 8192)    128 x 1 2080 MiB -> 16 x 8 (128 x 64)               512 MiB
+// 60 -> 19 GB a chunk. The CPU target (8 virtual SMs, T = 256, quantized weights) keeps 1 to 4 token blocks of
+// 64 to 256 tokens: SmolLM2-135M Q4_1 o_proj 8 x 1 -> 2 x 4, Llama-3.2-1B Q8_0 gate_up stays 8 x 1.
+// `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two.
+GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint64_t row_bytes, uint64_t token_bytes,
+                       uint32_t T, uint32_t n_sms) {
+    uint32_t M = 0;
+    for (uint32_t rows : kinds) M += rows;
+    GemmTiling best{block_rows(M, n_sms, align), T};
+    uint64_t best_time = UINT64_MAX, best_bytes = UINT64_MAX;
+    uint32_t last_tokens = 0;
+    for (uint32_t split = 1; split <= std::max(1u, div_up(T, kTokenBlockAlign)); ++split) {
+        const uint32_t tokens = std::min(T, div_up(div_up(T, split), kTokenBlockAlign) * kTokenBlockAlign);
+        if (tokens == last_tokens) continue;
+        last_tokens = tokens;
+        const uint32_t nb = div_up(T, tokens);
+        uint32_t last_rows = 0;
+        for (uint32_t want = 1; want <= div_up(M, align); ++want) {
+            const uint32_t rows = block_rows(M, want, align);
+            if (rows == last_rows) continue;
+            last_rows = rows;
+            uint64_t mb = 0;
+            for (uint32_t k : kinds) mb += div_up(k, rows);
+            const uint64_t waves = div_up(uint32_t(mb * nb), n_sms);
+            const uint64_t time = waves * (tokens * token_bytes + rows * row_bytes);
+            const uint64_t bytes = mb * T * token_bytes + uint64_t(nb) * M * row_bytes;
+            if (time < best_time || (time == best_time && bytes < best_bytes))
+                best_time = time, best_bytes = bytes, best = {rows, tokens};
+        }
+    }
+    return best;
+}
 
 // One rank's activation buffers (arena byte offsets, rank 0's region plus rank * rank_arena_bytes).
 struct PrefillBuffers {
@@ -118,14 +171,17 @@ std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, L
                                                  std::vector<uint32_t> PrefillBuffers::*recv,
                                                  const std::vector<uint32_t>& ready) {
     const ModelDims& d = graph_.dims;
-    const uint32_t T = n_tok_, rows = block_rows(d.d_model, target_.n_sms, 1);
+    const uint32_t T = n_tok_;
+    const GemmTiling t = gemm_tiling({d.d_model}, 1, graph_.weights[layer_weight_id(l, w)].row_bytes, 4ull * cols, T,
+                                     target_.n_sms);
     std::vector<uint32_t> done(tp_);
     if (tp_ == 1) {
         done[0] = group(fmt::format("{}.L{}", what, l));
-        for (uint32_t r = 0; r < d.d_model; r += rows)
-            add<MatmulAddOp>(0, MatmulAddArgs{layer_weight_id(l, w), r, std::min(rows, d.d_model - r), cols,
-                                              ranks_[0].*in, ranks_[0].x, d.d_model, T, 0},
-                             done[0], {{ready[0], Operand::input}});
+        for (uint32_t r = 0; r < d.d_model; r += t.rows)
+            for (uint32_t j = 0; j < T; j += t.tokens)
+                add<MatmulAddOp>(0, MatmulAddArgs{layer_weight_id(l, w), r, std::min(t.rows, d.d_model - r), cols,
+                                                  ranks_[0].*in, ranks_[0].x, d.d_model, T, 0, j, std::min(t.tokens, T - j)},
+                                 done[0], {{ready[0], Operand::input}});
         return done;
     }
     // Rank k's partial results into slot k of its own receive buffer, then that slot into every peer's in
@@ -139,10 +195,12 @@ std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, L
     }
     for (uint32_t k = 0; k < tp_; ++k) {
         const uint32_t own = (ranks_[k].*recv)[l] + k * slot;
-        for (uint32_t r = 0; r < d.d_model; r += rows)
-            add<MatmulAddOp>(k, MatmulAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
-                                              std::min(rows, d.d_model - r), cols, ranks_[k].*in, own, d.d_model, T, 1},
-                             part[k], {{ready[k], Operand::input}});
+        for (uint32_t r = 0; r < d.d_model; r += t.rows)
+            for (uint32_t j = 0; j < T; j += t.tokens)
+                add<MatmulAddOp>(k, MatmulAddArgs{layer_weight_id(k * model_.n_layers + l, w), r,
+                                                  std::min(t.rows, d.d_model - r), cols, ranks_[k].*in, own, d.d_model,
+                                                  T, 1, j, std::min(t.tokens, T - j)},
+                                 part[k], {{ready[k], Operand::input}});
     }
     for (uint32_t k = 0; k < tp_; ++k)
         for (uint32_t p = 0; p < tp_; ++p)
@@ -193,8 +251,11 @@ Graph PrefillBuilder::build() {
     }
 
     const uint32_t qkv_align = d.qk_norm ? d.head_dim : 2;  // QK-norm needs whole heads; RoPE needs pairs
-    const uint32_t qkv_rows = block_rows(d.q_dim() + 2 * d.kv_dim(), n_sms, qkv_align);
-    const uint32_t ff_rows = block_rows(d.d_ff, n_sms, 1);
+    const uint64_t q_row_bytes = graph_.weights[layer_weight_id(0, LayerWeight::wq)].row_bytes;
+    const uint64_t gate_up_row_bytes = 2 * graph_.weights[layer_weight_id(0, LayerWeight::w_gate)].row_bytes;
+    const GemmTiling qkv = gemm_tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, qkv_align, q_row_bytes, 4ull * d.d_model,
+                                       T, n_sms);
+    const GemmTiling ff = gemm_tiling({d.d_ff}, 1, gate_up_row_bytes, 4ull * d.d_model, T, n_sms);
     // Query blocks: enough instructions for the SMs, causal work grows with the query's index.
     const uint32_t q_parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, T), q_rows = (T + q_parts - 1) / q_parts;
     for (uint32_t l = 0; l < model_.n_layers; ++l) {
@@ -205,11 +266,13 @@ Graph PrefillBuilder::build() {
             const uint32_t g_qkv = group(name(k, fmt::format("qkv.L{}", l)));
             for (uint32_t kind = 0; kind < 3; ++kind) {
                 const QkvWeights w = qkv_weights(graph_, L, kind);
-                for (uint32_t r = 0; r < w.rows; r += qkv_rows)
-                    add<RmsQkvRowsOp>(k, RmsQkvRowsArgs{L, kind, r, std::min(qkv_rows, w.rows - r), b.x, b.q, w.matrix,
-                                                        layer_weight_id(L, LayerWeight::attn_norm), w.bias, w.norm,
-                                                        d.d_model, d.head_dim, T},
-                                      g_qkv, {{ready[k], Operand::input}});
+                for (uint32_t r = 0; r < w.rows; r += qkv.rows)
+                    for (uint32_t j = 0; j < T; j += qkv.tokens)
+                        add<RmsQkvRowsOp>(k, RmsQkvRowsArgs{L, kind, r, std::min(qkv.rows, w.rows - r), b.x, b.q,
+                                                            w.matrix, layer_weight_id(L, LayerWeight::attn_norm), w.bias,
+                                                            w.norm, d.d_model, d.head_dim, T, j,
+                                                            std::min(qkv.tokens, T - j)},
+                                          g_qkv, {{ready[k], Operand::input}});
             }
             g_attn[k] = group(name(k, fmt::format("attn.L{}", l)));
             for (uint32_t h = 0; h < d.n_kv_heads; ++h)
@@ -224,11 +287,13 @@ Graph PrefillBuilder::build() {
             const uint32_t L = k * model_.n_layers + l;
             auto lw = [&](LayerWeight w) { return layer_weight_id(L, w); };
             g_gate_up[k] = group(name(k, fmt::format("gate_up.L{}", l)));
-            for (uint32_t r = 0; r < d.d_ff; r += ff_rows)
-                add<RmsGateUpRowsOp>(k, RmsGateUpRowsArgs{L, r, std::min(ff_rows, d.d_ff - r), d.d_model, ranks_[k].x,
-                                                          ranks_[k].act, lw(LayerWeight::w_gate), lw(LayerWeight::w_up),
-                                                          lw(LayerWeight::ffn_norm), d.d_ff, T},
-                                     g_gate_up[k], {{g_o[k], Operand::input}});
+            for (uint32_t r = 0; r < d.d_ff; r += ff.rows)
+                for (uint32_t j = 0; j < T; j += ff.tokens)
+                    add<RmsGateUpRowsOp>(k, RmsGateUpRowsArgs{L, r, std::min(ff.rows, d.d_ff - r), d.d_model,
+                                                              ranks_[k].x, ranks_[k].act, lw(LayerWeight::w_gate),
+                                                              lw(LayerWeight::w_up), lw(LayerWeight::ffn_norm), d.d_ff,
+                                                              T, j, std::min(ff.tokens, T - j)},
+                                         g_gate_up[k], {{g_o[k], Operand::input}});
         }
         ready = projection(l, "down", LayerWeight::w_down, d.d_ff, &PrefillBuffers::act, &PrefillBuffers::recv_down,
                            g_gate_up);

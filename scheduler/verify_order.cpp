@@ -82,10 +82,15 @@ std::pair<uint32_t, uint32_t> row_classes(PosMode pos, uint32_t step) {
     }
 }
 
-std::string region_text(uint32_t space, uint64_t begin, uint64_t end) {
+// A KV space's coordinates are slot * positions + k (RaceSweep::apply_kv).
+std::string region_text(uint32_t space, uint64_t begin, uint64_t end, uint64_t positions) {
     if (space == 0) return fmt::format("arena [{}, {})", begin, end);
     const uint32_t cache = (space - 1) / kRowClasses, cls = (space - 1) % kRowClasses;
-    return fmt::format("{} slots [{}, {}) {}", cache == 0 ? "k_cache" : "v_cache", begin, end, kRowText[cls]);
+    const std::string rows = positions == 1 || (begin % positions == 0 && end % positions == 0)
+                                 ? std::string(kRowText[cls])
+                                 : fmt::format("{} + {}", kRowText[cls], begin % positions);
+    return fmt::format("{} slots [{}, {}) {}", cache == 0 ? "k_cache" : "v_cache", begin / positions,
+                       (end + positions - 1) / positions, rows);
 }
 
 // The reads since a write, as nodes of a trie shared by every segment: appending a reader to a list gives the
@@ -143,6 +148,8 @@ public:
         for (uint32_t f = 0; f < ctx_.n; ++f) {
             accesses[f] = op_info(ctx_.ins[f]->opcode).accesses(*ctx_.ins[f], ctx_.schedule.dims);
             ctx_.report.stats.n_accesses += accesses[f].size();
+            for (const Access& a : accesses[f])
+                if (a.space != Space::arena) step_positions_ = std::max<uint64_t>(step_positions_, a.pos_offset + a.n_pos);
         }
         for (uint32_t step = 0; step < Progress::kSteps; ++step)
             for (uint32_t f : order)
@@ -156,12 +163,25 @@ public:
                     }
                     const uint32_t base = 1 + (a.space == Space::k_cache ? 0 : kRowClasses);
                     const auto [first, last] = row_classes(a.pos, step);
-                    for (uint32_t cls = first; cls < last; ++cls) apply(base + cls, a.begin, a.end, node, a.write);
+                    for (uint32_t cls = first; cls < last; ++cls) apply_kv(base + cls, a, node);
                 }
     }
 
 private:
     using Map = std::map<uint64_t, Segment>;  // by begin; segments never overlap
+
+    // A KV space's coordinate is slot * step_positions_ + k: slot's row pos + k of the step's positions (a
+    // prefill chunk's token blocks write disjoint rows of the same slots). Other row classes, and accesses of
+    // every step position, cover all k of their slots.
+    void apply_kv(uint32_t space, const Access& a, uint32_t node) {
+        const uint64_t P = step_positions_;
+        if (a.pos != PosMode::at_pos || (a.pos_offset == 0 && a.n_pos >= P)) {
+            apply(space, a.begin * P, a.end * P, node, a.write);
+            return;
+        }
+        for (uint64_t slot = a.begin; slot < a.end && !ctx_.stopped; ++slot)
+            apply(space, slot * P + a.pos_offset, slot * P + a.pos_offset + a.n_pos, node, a.write);
+    }
 
     void split(Map& map, uint64_t at) {
         auto it = map.upper_bound(at);
@@ -230,13 +250,14 @@ private:
                                              ctx_.stream_of[fq], ctx_.index_of(fq), cross ? " of the next step" : "");
         ctx_.add(VerifyCheck::race,
                  fmt::format("race: {} {} {}{} but {} {} it {} and no wait orders them (missing edge {})",
-                             ctx_.label(fq), q_writes ? "writes" : "reads", region_text(space, begin, end),
+                             ctx_.label(fq), q_writes ? "writes" : "reads", region_text(space, begin, end, step_positions_),
                              cross ? " in step e+1" : "", ctx_.label(fp), p_writes ? "writes" : "reads",
                              cross ? "in step e" : "earlier in step order", edge));
     }
 
     Context& ctx_;
     const HappensBefore& hb_;
+    uint64_t step_positions_ = 1;  // the most positions a KV access spans from pos (a prefill chunk's T)
     std::vector<Map> spaces_;
     ReadLists reads_;
     // The writes and read-list ids already checked against the node whose accesses are being applied.

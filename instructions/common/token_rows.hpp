@@ -10,14 +10,32 @@
 
 namespace mk {
 
-// Columns [begin, begin + n) of each of the n_tok rows of a (n_tok, width) fp32 buffer at byte offset `off`.
+// A prefill op's token block: tokens [begin, end) of the chunk. An instruction covers (row block x token block),
+// as a GEMM tile does: Args carry (tok_begin, tok_count), and tok_count 0 (the default) means through the
+// chunk's end, so an Args without a token block covers the whole chunk.
+struct TokenBlock {
+    uint32_t begin = 0, end = 0;
+    MK_HOST_DEVICE uint32_t count() const { return end - begin; }
+};
+MK_HOST_DEVICE inline TokenBlock token_block(uint32_t tok_begin, uint32_t tok_count, uint32_t n_tok) {
+    const uint32_t begin = tok_begin < n_tok ? tok_begin : n_tok;
+    const uint32_t end = tok_count == 0 || tok_count > n_tok - begin ? n_tok : begin + tok_count;
+    return {begin, end};
+}
+// The block's tokens a step runs (n_run: the step's tokens): the block cut at n_run, possibly empty.
+MK_HOST_DEVICE inline TokenBlock run_token_block(TokenBlock block, uint32_t n_run) {
+    const uint32_t end = block.end < n_run ? block.end : n_run;
+    return {block.begin < end ? block.begin : end, end};
+}
+
+// Columns [begin, begin + n) of rows `tokens` of a (n_tok, width) fp32 buffer at byte offset `off`.
 inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t width, uint32_t begin, uint32_t n,
-                              uint32_t n_tok, bool write) {
+                              TokenBlock tokens, bool write) {
     if (begin == 0 && n == width) {  // whole rows: one range
-        out.push_back({Space::arena, off, off + 4ull * n_tok * width, write});
+        out.push_back({Space::arena, off + 4ull * tokens.begin * width, off + 4ull * tokens.end * width, write});
         return;
     }
-    for (uint32_t j = 0; j < n_tok; ++j) {
+    for (uint32_t j = tokens.begin; j < tokens.end; ++j) {
         const uint64_t row = off + 4ull * (uint64_t(j) * width + begin);
         out.push_back({Space::arena, row, row + 4ull * n, write});
     }

@@ -1,7 +1,8 @@
 // matmul_add (prefill): a block of output rows of a matrix times the chunk's T input vectors, added into
 // the fp32 residual streams: x[j][rows] += W[rows, :] . in[j] (the O- and down-projections of a chunk), or with
 // `store` written as they are (a tensor-parallel rank's partial results, summed later by reduce_add).
-// Each weight row is read once for all T columns.
+// An instruction covers a row block x a token block (tok_begin, tok_count; 0: through the chunk's end); each
+// weight row is read once for the block's tokens.
 #pragma once
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
@@ -18,6 +19,9 @@ struct MatmulAddArgs {
     uint32_t x_width;  // d_model
     uint32_t n_tok;    // the compiled chunk size T
     uint32_t store;    // 1: x[j][rows] = W . in[j] (no add)
+    uint32_t tok_begin = 0;  // the token block: tokens [tok_begin, tok_begin + tok_count) of the chunk
+    uint32_t tok_count = 0;  // 0: through the chunk's end
+    MK_HOST_DEVICE TokenBlock tokens() const { return token_block(tok_begin, tok_count, n_tok); }
 };
 
 struct MatmulAddOp {
@@ -26,8 +30,9 @@ struct MatmulAddOp {
     MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<MatmulAddArgs>(ins);
-        std::vector<Access> out{{Space::arena, a.in_off, a.in_off + 4ull * a.n_tok * a.cols, false}};
-        append_token_rows(out, a.x_off, a.x_width, a.row_begin, a.n_rows, a.n_tok, true);
+        std::vector<Access> out;
+        append_token_rows(out, a.in_off, a.cols, 0, a.cols, a.tokens(), false);
+        append_token_rows(out, a.x_off, a.x_width, a.row_begin, a.n_rows, a.tokens(), true);
         return out;
     }
     static std::vector<uint32_t> weights(const Instruction& ins) { return {decode_args<MatmulAddArgs>(ins).weight}; }
@@ -37,9 +42,9 @@ struct MatmulAddOp {
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<MatmulAddArgs>(ins);
-        Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * a.n_tok * (a.cols + 2 * a.n_rows),
-               2ull * a.n_tok * a.n_rows * a.cols};
-        c.mma_flops = mma_eligible_flops(w[a.weight], a.n_tok, c.flops);
+        const uint64_t n = a.tokens().count();
+        Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * n * (a.cols + 2 * a.n_rows), 2ull * n * a.n_rows * a.cols};
+        c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

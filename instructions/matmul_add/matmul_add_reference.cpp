@@ -11,8 +11,9 @@ namespace mk {
 std::vector<Expected> MatmulAddOp::reference(const Instruction& ins, const OpBuffers& b) {
     const auto a = decode_args<MatmulAddArgs>(ins);
     const uint32_t n = step_tokens(b.step, a.n_tok);
+    const TokenBlock tokens = a.tokens();
     std::vector<Expected> out;
-    for (uint32_t j = 0; j < a.n_tok; ++j) {
+    for (uint32_t j = tokens.begin; j < tokens.end; ++j) {
         const uint64_t x_row = a.x_off + 4ull * (uint64_t(j) * a.x_width + a.row_begin);
         std::vector<double> x = ref_f32(b, x_row, a.n_rows);
         if (j < n) {
@@ -25,21 +26,25 @@ std::vector<Expected> MatmulAddOp::reference(const Instruction& ins, const OpBuf
     return out;
 }
 
+// Token blocks: the whole chunk (count 0), a block inside it, and a tail block the step cuts short.
 std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
-    struct Shape { uint32_t rows, cols, row_begin, n_rows, n_tok, n, store; };
+    struct Shape { uint32_t rows, cols, row_begin, n_rows, n_tok, n, store, tok_begin, tok_count; };
     std::vector<OpCase> out;
     for (DType dtype : kMatrixFormats)
-        for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4, 0}, Shape{48, 512, 0, 48, 7, 5, 0},
-                                Shape{40, 256, 8, 24, 5, 3, 1}}) {
+        for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4, 0, 0, 0}, Shape{48, 512, 0, 48, 7, 5, 0, 0, 0},
+                               Shape{40, 256, 8, 24, 5, 3, 1, 0, 0}, Shape{64, 256, 8, 24, 40, 40, 0, 16, 16},
+                               Shape{48, 256, 0, 48, 40, 37, 1, 32, 8}}) {
             CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);
             const uint32_t weight = c.weight(dtype, s.rows, s.cols, 0.5f);
             const uint32_t in = c.activation(uint64_t(s.n_tok) * s.cols), x = c.activation(uint64_t(s.n_tok) * s.rows);
             c.buffers().step.n_tokens = int32_t(s.n);
-            out.push_back(c.finish(fmt::format("matmul_add {} {}x{} rows [{}, {}) {} of {} tokens{}", dtype_name(dtype),
-                                               s.rows, s.cols, s.row_begin, s.row_begin + s.n_rows, s.n, s.n_tok,
-                                               s.store ? " store" : ""),
-                                   make_instruction<MatmulAddOp>({weight, s.row_begin, s.n_rows, s.cols, in, x, s.rows,
-                                                                  s.n_tok, s.store})));
+            const MatmulAddArgs a{weight, s.row_begin, s.n_rows, s.cols, in, x, s.rows, s.n_tok, s.store, s.tok_begin,
+                                  s.tok_count};
+            const TokenBlock tokens = a.tokens();
+            out.push_back(c.finish(fmt::format("matmul_add {} {}x{} rows [{}, {}) tokens [{}, {}) {} of {} tokens{}",
+                                               dtype_name(dtype), s.rows, s.cols, s.row_begin, s.row_begin + s.n_rows,
+                                               tokens.begin, tokens.end, s.n, s.n_tok, s.store ? " store" : ""),
+                                   make_instruction<MatmulAddOp>(a)));
         }
     return out;
 }

@@ -1,5 +1,7 @@
 // rms_gate_up_rows (prefill): rms_gate_up for the chunk's T tokens — each residual row normed, a block of
-// gate and up rows against all T, act[j][rows] = silu(gate) * up. Each weight row is read once per chunk.
+// gate and up rows against a token block of the chunk (tok_begin, tok_count; 0: through the chunk's end),
+// act[j][rows] = silu(gate) * up. Each weight row is read once per token block; each token normed by the
+// instructions that need it.
 #pragma once
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
@@ -18,6 +20,9 @@ struct RmsGateUpRowsArgs {
     uint32_t norm;     // ffn_norm (d_model) f32
     uint32_t d_ff;
     uint32_t n_tok;    // the compiled chunk size T
+    uint32_t tok_begin = 0;  // the token block: tokens [tok_begin, tok_begin + tok_count) of the chunk
+    uint32_t tok_count = 0;  // 0: through the chunk's end
+    MK_HOST_DEVICE TokenBlock tokens() const { return token_block(tok_begin, tok_count, n_tok); }
 };
 
 struct RmsGateUpRowsOp {
@@ -26,8 +31,9 @@ struct RmsGateUpRowsOp {
     MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
-        std::vector<Access> out{{Space::arena, a.x_off, a.x_off + 4ull * a.n_tok * a.d_model, false}};
-        append_token_rows(out, a.act_off, a.d_ff, a.row_begin, a.n_rows, a.n_tok, true);
+        std::vector<Access> out;
+        append_token_rows(out, a.x_off, a.d_model, 0, a.d_model, a.tokens(), false);
+        append_token_rows(out, a.act_off, a.d_ff, a.row_begin, a.n_rows, a.tokens(), true);
         return out;
     }
     static std::vector<uint32_t> weights(const Instruction& ins) {
@@ -40,9 +46,10 @@ struct RmsGateUpRowsOp {
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
-        Cost c{uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * a.n_tok * (a.d_model + a.n_rows),
-               4ull * a.n_tok * a.n_rows * a.d_model};
-        c.mma_flops = mma_eligible_flops(w[a.gate], a.n_tok, c.flops);
+        const uint64_t n = a.tokens().count();
+        Cost c{uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * n * (a.d_model + a.n_rows),
+               4ull * n * a.n_rows * a.d_model};
+        c.mma_flops = mma_eligible_flops(w[a.gate], uint32_t(n), c.flops);
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

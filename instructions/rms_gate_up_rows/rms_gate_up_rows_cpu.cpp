@@ -11,14 +11,15 @@ namespace mk {
 
 void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<RmsGateUpRowsArgs>(ins);
-    const uint32_t n = step_tokens(*ctx.step, a.n_tok);
+    const TokenBlock run = run_token_block(a.tokens(), step_tokens(*ctx.step, a.n_tok));
+    const uint32_t n = run.count();
     thread_local std::vector<float> xn, gate, dots_out;  // (n, d_model); (n_rows, n) gate dots; (tile rows, n)
     xn.resize(size_t(n) * a.d_model);
     gate.resize(size_t(a.n_rows) * n);
     for (uint32_t j = 0; j < n; ++j)
-        rms_norm(ctx.f32(a.x_off) + size_t(j) * a.d_model, ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model,
+        rms_norm(ctx.f32(a.x_off) + size_t(run.begin + j) * a.d_model, ctx.weights[a.norm], ctx.dims->norm_eps, a.d_model,
                  xn.data() + size_t(j) * a.d_model);
-    float* act = ctx.f32(a.act_off);
+    float* act = ctx.f32(a.act_off) + size_t(run.begin) * a.d_ff;
     ColumnDots dots(ctx, xn.data(), a.d_model, n);
     // Tile by tile (ColumnDots::tile): a gate tile's dots wait in `gate` for the up tile of the same rows.
     for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
@@ -43,7 +44,9 @@ void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
 
 std::string RmsGateUpRowsOp::describe(const Instruction& ins) {
     auto a = decode_args<RmsGateUpRowsArgs>(ins);
-    return fmt::format("rms_gate_up_rows L{} rows [{}, {}) T={}", a.layer, a.row_begin, a.row_begin + a.n_rows, a.n_tok);
+    const TokenBlock tokens = a.tokens();
+    return fmt::format("rms_gate_up_rows L{} rows [{}, {}) tokens [{}, {}) T={}", a.layer, a.row_begin,
+                       a.row_begin + a.n_rows, tokens.begin, tokens.end, a.n_tok);
 }
 
 }  // namespace mk

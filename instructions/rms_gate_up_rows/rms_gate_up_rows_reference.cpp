@@ -13,8 +13,9 @@ namespace mk {
 std::vector<Expected> RmsGateUpRowsOp::reference(const Instruction& ins, const OpBuffers& b) {
     const auto a = decode_args<RmsGateUpRowsArgs>(ins);
     const uint32_t n = step_tokens(b.step, a.n_tok);
+    const TokenBlock tokens = a.tokens();
     std::vector<Expected> out;
-    for (uint32_t j = 0; j < a.n_tok; ++j) {
+    for (uint32_t j = tokens.begin; j < tokens.end; ++j) {
         const uint64_t off = a.act_off + 4ull * (uint64_t(j) * a.d_ff + a.row_begin);
         std::vector<double> act = ref_f32(b, off, a.n_rows);  // left as it is past the step's tokens
         if (j < n) {
@@ -30,20 +31,25 @@ std::vector<Expected> RmsGateUpRowsOp::reference(const Instruction& ins, const O
     return out;
 }
 
+// Token blocks: the whole chunk (count 0), a block inside it, and a tail block the step cuts short.
 std::vector<OpCase> RmsGateUpRowsOp::cases(uint64_t seed) {
-    struct Shape { uint32_t d_model, d_ff, row_begin, n_rows, n_tok, n; };
+    struct Shape { uint32_t d_model, d_ff, row_begin, n_rows, n_tok, n, tok_begin, tok_count; };
     std::vector<OpCase> out;
     for (DType dtype : kMatrixFormats)
-        for (const Shape& s : {Shape{256, 96, 32, 48, 3, 3}, Shape{512, 64, 0, 64, 5, 2}}) {
+        for (const Shape& s : {Shape{256, 96, 32, 48, 3, 3, 0, 0}, Shape{512, 64, 0, 64, 5, 2, 0, 0},
+                               Shape{256, 64, 16, 32, 48, 48, 16, 16}, Shape{256, 64, 0, 64, 40, 35, 32, 0}}) {
             CaseBuilder c(ModelDims{.d_model = s.d_model, .d_ff = s.d_ff}, seed++);
             const uint32_t gate = c.weight(dtype, s.d_ff, s.d_model, 0.5f), up = c.weight(dtype, s.d_ff, s.d_model, 0.5f);
             const uint32_t norm = c.weight(DType::F32, 1, s.d_model);
             const uint32_t x = c.activation(uint64_t(s.n_tok) * s.d_model), act = c.activation(uint64_t(s.n_tok) * s.d_ff);
             c.buffers().step.n_tokens = int32_t(s.n);
-            out.push_back(c.finish(fmt::format("rms_gate_up_rows {} {}x{} rows [{}, {}) {} of {} tokens", dtype_name(dtype),
-                                               s.d_ff, s.d_model, s.row_begin, s.row_begin + s.n_rows, s.n, s.n_tok),
-                                   make_instruction<RmsGateUpRowsOp>({0, s.row_begin, s.n_rows, s.d_model, x, act, gate,
-                                                                      up, norm, s.d_ff, s.n_tok})));
+            const RmsGateUpRowsArgs a{0, s.row_begin, s.n_rows, s.d_model, x, act, gate, up, norm, s.d_ff, s.n_tok,
+                                      s.tok_begin, s.tok_count};
+            const TokenBlock tokens = a.tokens();
+            out.push_back(c.finish(fmt::format("rms_gate_up_rows {} {}x{} rows [{}, {}) tokens [{}, {}) {} of {} tokens",
+                                               dtype_name(dtype), s.d_ff, s.d_model, s.row_begin, s.row_begin + s.n_rows,
+                                               tokens.begin, tokens.end, s.n, s.n_tok),
+                                   make_instruction<RmsGateUpRowsOp>(a)));
         }
     return out;
 }

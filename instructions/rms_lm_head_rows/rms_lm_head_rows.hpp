@@ -27,7 +27,7 @@ struct RmsLmHeadRowsOp {
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims&) {
         auto a = decode_args<RmsLmHeadRowsArgs>(ins);
         std::vector<Access> out{{Space::arena, a.x_off, a.x_off + 4ull * a.n_tok * a.d_model, false}};
-        append_token_rows(out, a.logits_off, a.vocab, a.row_begin, a.n_rows, a.all ? a.n_tok : 1, true);
+        append_token_rows(out, a.logits_off, a.vocab, a.row_begin, a.n_rows, TokenBlock{0, a.all ? a.n_tok : 1}, true);
         return out;
     }
     static std::vector<uint32_t> weights(const Instruction& ins) {

@@ -1,6 +1,7 @@
-// rms_qkv_rows (prefill): rms_qkv for the chunk's T tokens — RMSNorm of each residual row, a block of Q, K or V
-// rows against all T (+ bias, + QK-norm), RoPE at each token's position pos + j, and K/V written to the cache
-// at rows pos..pos+T-1. Blocks hold whole rotary pairs, and whole heads when QK-norm is on.
+// rms_qkv_rows (prefill): rms_qkv for a token block of the chunk (tok_begin, tok_count; 0: through the chunk's
+// end) — RMSNorm of each of its residual rows, a block of Q, K or V rows against them (+ bias, + QK-norm), RoPE at
+// each token's position pos + j, and K/V written to the cache at the block's rows pos + j only. Row blocks hold
+// whole rotary pairs, and whole heads when QK-norm is on.
 #pragma once
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
@@ -22,6 +23,9 @@ struct RmsQkvRowsArgs {
     uint32_t d_model;
     uint32_t head_dim;
     uint32_t n_tok;       // the compiled chunk size T
+    uint32_t tok_begin = 0;  // the token block: tokens [tok_begin, tok_begin + tok_count) of the chunk
+    uint32_t tok_count = 0;  // 0: through the chunk's end
+    MK_HOST_DEVICE TokenBlock tokens() const { return token_block(tok_begin, tok_count, n_tok); }
 };
 
 struct RmsQkvRowsOp {
@@ -30,13 +34,15 @@ struct RmsQkvRowsOp {
     MK_HOST_DEVICE static Effects effects(const Instruction&) { return {}; }
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
-        std::vector<Access> out{{Space::arena, a.x_off, a.x_off + 4ull * a.n_tok * a.d_model, false}};
+        const TokenBlock tokens = a.tokens();
+        std::vector<Access> out;
+        append_token_rows(out, a.x_off, a.d_model, 0, a.d_model, tokens, false);
         if (QkvKind(a.kind) == QkvKind::q) {
-            append_token_rows(out, a.q_off, dims.q_dim(), a.row_begin, a.n_rows, a.n_tok, true);
+            append_token_rows(out, a.q_off, dims.q_dim(), a.row_begin, a.n_rows, tokens, true);
         } else {
             uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + a.row_begin;
             Space space = QkvKind(a.kind) == QkvKind::k ? Space::k_cache : Space::v_cache;
-            out.push_back({space, slot, slot + a.n_rows, true, PosMode::at_pos, a.n_tok});
+            out.push_back({space, slot, slot + a.n_rows, true, PosMode::at_pos, tokens.count(), tokens.begin});
         }
         return out;
     }
@@ -54,9 +60,9 @@ struct RmsQkvRowsOp {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
         const uint64_t rows = a.n_rows;
         const uint64_t out_bytes = QkvKind(a.kind) == QkvKind::q ? 4 : dims.kv_bytes();  // K/V: the cache's type
-        Cost c{rows * w[a.weight].row_bytes, a.n_tok * (4ull * a.d_model + out_bytes * rows),
-               2ull * a.n_tok * rows * a.d_model};
-        c.mma_flops = mma_eligible_flops(w[a.weight], a.n_tok, c.flops);
+        const uint64_t n = a.tokens().count();
+        Cost c{rows * w[a.weight].row_bytes, n * (4ull * a.d_model + out_bytes * rows), 2ull * n * rows * a.d_model};
+        c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

@@ -1,4 +1,4 @@
-// rms_qkv_rows on the CPU: every token's norm once, each staged weight row against all of them, then bias,
+// rms_qkv_rows on the CPU: each block token's norm once, each staged weight row against all of them, then bias,
 // QK-norm and RoPE per token.
 #include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"
 
@@ -14,14 +14,15 @@ namespace mk {
 void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<RmsQkvRowsArgs>(ins);
     const ModelDims& dims = *ctx.dims;
-    const uint32_t hd = a.head_dim, n = step_tokens(*ctx.step, a.n_tok);
+    const TokenBlock run = run_token_block(a.tokens(), step_tokens(*ctx.step, a.n_tok));
+    const uint32_t hd = a.head_dim, n = run.count();
     if (a.row_begin % 2 || a.n_rows % 2 || (a.qk_norm != kNoWeight && (a.row_begin % hd || a.n_rows % hd)))
         fail("rms_qkv_rows: rows [{}, {}) split a rotary pair or a normalized head", a.row_begin, a.row_begin + a.n_rows);
     thread_local std::vector<float> xn, out;  // (n, d_model) normed inputs; (n, n_rows) outputs
     xn.resize(size_t(n) * a.d_model);
     out.resize(size_t(n) * a.n_rows);
     for (uint32_t j = 0; j < n; ++j)
-        rms_norm(ctx.f32(a.x_off) + size_t(j) * a.d_model, ctx.weights[a.norm], dims.norm_eps, a.d_model,
+        rms_norm(ctx.f32(a.x_off) + size_t(run.begin + j) * a.d_model, ctx.weights[a.norm], dims.norm_eps, a.d_model,
                  xn.data() + size_t(j) * a.d_model);
 
     ColumnDots dots(ctx, xn.data(), a.d_model, n);
@@ -31,7 +32,7 @@ void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     const QkvKind kind = QkvKind(a.kind);
     for (uint32_t j = 0; j < n; ++j) {
         float* o = out.data() + size_t(j) * a.n_rows;
-        const int32_t pos = ctx.step->pos + int32_t(j);
+        const int32_t pos = ctx.step->pos + int32_t(run.begin + j);
         if (a.bias != kNoWeight) {
             const float* bias = reinterpret_cast<const float*>(ctx.weights[a.bias].data);
             for (uint32_t i = 0; i < a.n_rows; ++i) o[i] += bias[a.row_begin + i];
@@ -43,7 +44,7 @@ void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
             for (uint32_t i = 0; i < a.n_rows; i += 2)
                 rope_pair(o[i], o[i + 1], pos, ctx.rope_inv_freq[((a.row_begin + i) % hd) / 2]);
         if (kind == QkvKind::q) {
-            std::copy(o, o + a.n_rows, ctx.f32(a.q_off) + size_t(j) * dims.q_dim() + a.row_begin);
+            std::copy(o, o + a.n_rows, ctx.f32(a.q_off) + size_t(run.begin + j) * dims.q_dim() + a.row_begin);
             continue;
         }
         for (uint32_t i = 0; i < a.n_rows; ++i) {
@@ -55,8 +56,9 @@ void RmsQkvRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
 
 std::string RmsQkvRowsOp::describe(const Instruction& ins) {
     auto a = decode_args<RmsQkvRowsArgs>(ins);
-    return fmt::format("rms_qkv_rows L{} {} rows [{}, {}) T={}", a.layer, "qkv"[a.kind % 3], a.row_begin,
-                       a.row_begin + a.n_rows, a.n_tok);
+    const TokenBlock tokens = a.tokens();
+    return fmt::format("rms_qkv_rows L{} {} rows [{}, {}) tokens [{}, {}) T={}", a.layer, "qkv"[a.kind % 3],
+                       a.row_begin, a.row_begin + a.n_rows, tokens.begin, tokens.end, a.n_tok);
 }
 
 }  // namespace mk

@@ -31,11 +31,11 @@ struct HostMemory {
     std::vector<float> k_cache, v_cache;
 };
 
-// The KV-cache elements of a written access: its slots at positions pos .. pos + n_run - 1 (a decode step: 1).
+// The KV-cache elements of a written access: its slots at its positions that the step runs (pos + k, k < n_run).
 template <class Visit>
 void for_each_cache_element(const Access& a, const ModelDims& d, uint32_t ctx_len, int32_t pos, uint32_t n_run,
                             Visit&& visit) {
-    for (uint32_t k = 0; k < std::min(a.n_pos, n_run); ++k)
+    for (uint32_t k = a.pos_offset; k < std::min(a.pos_offset + a.n_pos, n_run); ++k)
         for (uint64_t slot = a.begin; slot < a.end; ++slot) {
             const uint64_t layer = slot / d.kv_dim(), within = slot % d.kv_dim();
             const uint64_t head = within / d.head_dim, dim = within % d.head_dim;

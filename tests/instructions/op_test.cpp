@@ -47,7 +47,7 @@ WriteMask declared_writes(const Instruction& ins, const OpBuffers& b) {
         for (uint32_t p = 0; p < a.n_pos; ++p)
             for (uint64_t slot = a.begin; slot < a.end; ++slot) {
                 const uint64_t i = b.cache_index(uint32_t(slot / kv_dim), uint32_t(slot % kv_dim / b.dims.head_dim),
-                                                 b.step.pos + int32_t(p)) + slot % b.dims.head_dim;
+                                                 b.step.pos + int32_t(a.pos_offset + p)) + slot % b.dims.head_dim;
                 REQUIRE(m.mark(a.space, i, i + 1));
             }
     }

@@ -9,7 +9,7 @@ more registers x threads than an SM's 65536-register file, or static + dynamic s
     tools/check-ptxas.py --self-test
 
 NAME is a mangled name or a piece of the demangled one (`interpreter_kernel`); it must pick out one
-function. Exit 0: within limits; 1: over a limit; 2: bad usage, or the kernel is not in the log.
+function, or with --each at least one (every function it matches is checked: a template's instantiations). Exit 0: within limits; 1: over a limit; 2: bad usage, or the kernel is not in the log.
 """
 import argparse
 import re
@@ -119,7 +119,7 @@ def problems(k, threads, dynamic_smem):
     return out
 
 
-def check(text, name, threads, dynamic_smem, arch=None, source="log", out=sys.stdout):
+def check(text, name, threads, dynamic_smem, arch=None, source="log", out=sys.stdout, each=False):
     """Returns the exit code and prints the verdict."""
     kernels = parse(text)
     chosen = select(kernels, name, arch)
@@ -128,7 +128,7 @@ def check(text, name, threads, dynamic_smem, arch=None, source="log", out=sys.st
         print(f"check-ptxas: error: {source}: no entry function matching '{name}'"
               f"{' for ' + arch if arch else ''} (entry functions: {known})", file=out)
         return 2
-    if len({k.name for k in chosen}) > 1:
+    if len({k.name for k in chosen}) > 1 and not each:
         print(f"check-ptxas: error: {source}: '{name}' matches several functions: "
               f"{', '.join(sorted({k.name for k in chosen}))}", file=out)
         return 2
@@ -199,13 +199,16 @@ def self_test():
         ("legacy", 128, 0, 1, "16 bytes local memory (lmem)"),
         ("helper", 128, 0, 2, "no entry function matching 'helper'"),
         ("matvec", 128, 0, 2, "matches several functions"),
+        ("each:matvec", 128, 0, 0, "ok _Z7matvec2Pf"),
         ("interpreter_kernel", 128, 0, 2, "for sm_100a"),
     ]
     failed = 0
     for i, (name, threads, smem, want_rc, phrase) in enumerate(cases):
         buf = io.StringIO()
         arch = "sm_100a" if "sm_100a" in phrase else None
-        rc = check(SELF_TEST_LOG, name, threads, smem, arch=arch, source="canned", out=buf)
+        each = name.startswith("each:")
+        rc = check(SELF_TEST_LOG, name.removeprefix("each:"), threads, smem, arch=arch, source="canned", out=buf,
+                   each=each)
         if rc != want_rc or phrase not in buf.getvalue():
             failed += 1
             print(f"self-test case {i} ({name}, {threads}, {smem}): exit {rc}, want {want_rc}; "
@@ -221,6 +224,7 @@ def main():
     ap.add_argument("--threads", type=int, help="threads per block the kernel is launched with")
     ap.add_argument("--smem", type=int, default=0, help="dynamic shared memory bytes per block")
     ap.add_argument("--arch", help="only entries compiled for this target (e.g. sm_90a)")
+    ap.add_argument("--each", action="store_true", help="NAME may match several functions: check every one")
     ap.add_argument("--self-test", action="store_true", help="check the parser on a canned log")
     a = ap.parse_args()
     if a.self_test:
@@ -232,7 +236,7 @@ def main():
     except OSError as e:
         print(f"check-ptxas: error: {a.log}: {e.strerror}", file=sys.stderr)
         return 2
-    return check(text, a.kernel, a.threads, a.smem, arch=a.arch, source=a.log)
+    return check(text, a.kernel, a.threads, a.smem, arch=a.arch, source=a.log, each=a.each)
 
 
 if __name__ == "__main__":

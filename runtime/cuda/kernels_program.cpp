@@ -4,7 +4,8 @@
 // a CUDA graph and replayed every step. It is what the megakernel's claims are measured against, so it
 // takes what the field's baselines take: every launch after the step's first is a programmatic dependent
 // launch (PDL: a kernel's prologue and weight prefetch overlap the previous kernel's tail), captured into
-// the graph with its programmatic edges.
+// the graph with its programmatic edges, and every op launches with its own kernel and launch shape
+// (stage_shape).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "instructions/attn_partial/attn_partial.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/device_api.hpp"
@@ -21,9 +23,38 @@
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
 
-namespace {
+StageShape stage_shape(const Instruction& first, const DeviceTile* first_tile, uint32_t ctx_len) {
+    // Matvecs: one warp per weight row, 8 rows a block. A BF16 row of 2048 columns is 4 KiB (8 loads of 16 bytes
+    // per lane), so a block streams 32 KiB, 64 KiB for a gate/up pair: 256 blocks for the 2048-row O and down
+    // projections and 1024 for gate/up on Llama-3.2-1B, 2-8 per SM of 132 where the schedule's split gives one,
+    // while the input each block re-reads from L2 (the 8 KiB RMSNorm input, or the staged matvec input) stays a
+    // quarter of its weight bytes.
+    constexpr uint32_t kMatvecRowsPerBlock = 8;
+    switch (Opcode(first.opcode)) {
+    case Opcode::matvec_add:
+    case Opcode::rms_gate_up: {
+        const uint32_t rows_per_tile = first_tile ? std::max(1u, first_tile->n_rows) : 1;
+        const uint32_t row_tiles = std::max(1u, kMatvecRowsPerBlock / rows_per_tile);  // 8 / 4 = 2 at 2048 columns
+        const uint32_t per_row_tile = Opcode(first.opcode) == Opcode::rms_gate_up ? 2 : 1;  // gate and up tiles
+        const uint32_t rows = std::min(kMatvecRowsPerBlock, row_tiles * rows_per_tile);
+        return {32 * rows, row_tiles * per_row_tile};
+    }
+    case Opcode::attn_partial: {
+        // One lane per position, a warp per 32 positions of the record's chunk, which holds at most
+        // ceil(ctx_len / n_parts) positions (a graph replays one shape at every position): tg128 (ctx 129 in
+        // 16 parts, 9 positions) runs 1 warp where 8 would wait at the merge's barrier.
+        const auto a = decode_args<AttnPartialArgs>(first);
+        const uint32_t chunk = (ctx_len + std::max(1u, a.n_parts) - 1) / std::max(1u, a.n_parts);
+        return {32 * std::clamp((chunk + 31) / 32, 1u, kBatchMaxThreads / 32), 0};
+    }
+    default:
+        // embed and sample (one record each, one block), rms_qkv (24 rows per record on Llama-3.2-1B: 3 per warp),
+        // attn_reduce (one record per KV head), rms_lm_head (972 rows per record, its block's argmax): 8 warps.
+        return {kBatchMaxThreads, 0};
+    }
+}
 
-constexpr uint32_t kBaselineThreads = 256;
+namespace {
 
 int current_ordinal() {
     int device = 0;
@@ -113,31 +144,54 @@ private:
         }
     }
 
-    // Every instruction in sequential (seq) order, its tiles with it, cut into stages.
+    // Every instruction in sequential (seq) order, its tiles with it, cut into stages; each stage's records dealt
+    // to blocks by its launch shape (stage_shape): a record whose tiles are split becomes several blocks, each a
+    // copy of the record with a range of its tiles.
     void order_stages() {
         const UploadLayout& layout = state_->layout;
         std::vector<uint32_t> order(layout.instructions.size());
         std::iota(order.begin(), order.end(), 0u);
         std::stable_sort(order.begin(), order.end(),
                          [&](uint32_t a, uint32_t b) { return layout.instructions[a].seq < layout.instructions[b].seq; });
-        std::vector<Instruction> instructions;
-        std::vector<uint32_t> tile_begin;
-        std::vector<DeviceTile> tiles;
+        std::vector<uint32_t> record_stage_begin;
         for (uint32_t k = 0; k < order.size(); ++k) {
             const Instruction& ins = layout.instructions[order[k]];
-            const bool new_stage = k == 0 || ins.opcode != instructions.back().opcode ||
-                                   ins.n_signals == 0 || instructions.back().n_signals == 0 ||
-                                   ins.signals[0].counter != instructions.back().signals[0].counter;
-            if (new_stage) stage_begin_.push_back(k);
-            instructions.push_back(ins);
-            tile_begin.push_back(uint32_t(tiles.size()));
-            tiles.insert(tiles.end(), layout.tiles.begin() + layout.tile_begin[order[k]],
-                         layout.tiles.begin() + layout.tile_begin[order[k] + 1]);
+            const Instruction* last = k ? &layout.instructions[order[k - 1]] : nullptr;
+            if (!last || ins.opcode != last->opcode || ins.n_signals == 0 || last->n_signals == 0 ||
+                ins.signals[0].counter != last->signals[0].counter)
+                record_stage_begin.push_back(k);
         }
-        stage_begin_.push_back(uint32_t(order.size()));
+        record_stage_begin.push_back(uint32_t(order.size()));
+
+        std::vector<Instruction> blocks;  // one record per block
+        std::vector<uint32_t> tile_begin;
+        std::vector<DeviceTile> tiles;
+        for (size_t s = 0; s + 1 < record_stage_begin.size(); ++s) {
+            const uint32_t first = order[record_stage_begin[s]];
+            const bool has_tile = layout.tile_begin[first] < layout.tile_begin[first + 1];
+            const StageShape shape = stage_shape(layout.instructions[first],
+                                                 has_tile ? &layout.tiles[layout.tile_begin[first]] : nullptr,
+                                                 state_->ctx_len);
+            stage_begin_.push_back(uint32_t(blocks.size()));
+            stage_threads_.push_back(shape.threads);
+            stage_opcode_.push_back(layout.instructions[first].opcode);
+            for (uint32_t k = record_stage_begin[s]; k < record_stage_begin[s + 1]; ++k) {
+                const uint32_t i = order[k], t0 = layout.tile_begin[i], t1 = layout.tile_begin[i + 1];
+                const uint32_t per_block = shape.tiles_per_block ? shape.tiles_per_block : std::max(1u, t1 - t0);
+                uint32_t t = t0;
+                do {  // a record without tiles is one block
+                    const uint32_t end = std::min(t1, t + per_block);
+                    blocks.push_back(layout.instructions[i]);
+                    tile_begin.push_back(uint32_t(tiles.size()));
+                    tiles.insert(tiles.end(), layout.tiles.begin() + t, layout.tiles.begin() + end);
+                    t = end;
+                } while (t < t1);
+            }
+        }
+        stage_begin_.push_back(uint32_t(blocks.size()));
         tile_begin.push_back(uint32_t(tiles.size()));
-        instructions_ = DeviceBuffer(std::max<size_t>(1, instructions.size()) * sizeof(Instruction), "instructions");
-        instructions_.upload(instructions.data(), instructions.size() * sizeof(Instruction), "instructions");
+        instructions_ = DeviceBuffer(std::max<size_t>(1, blocks.size()) * sizeof(Instruction), "instructions");
+        instructions_.upload(blocks.data(), blocks.size() * sizeof(Instruction), "instructions");
         tile_begin_ = DeviceBuffer(tile_begin.size() * sizeof(uint32_t), "tile index");
         tile_begin_.upload(tile_begin.data(), tile_begin.size() * sizeof(uint32_t), "tile index");
         tiles_ = DeviceBuffer(std::max<size_t>(1, tiles.size()) * sizeof(DeviceTile), "tiles");
@@ -147,6 +201,7 @@ private:
     void launch_stages() {
         for (size_t s = 0; s + 1 < stage_begin_.size(); ++s) {
             BatchLaunch b{};
+            b.opcode = stage_opcode_[s];
             b.instructions = instructions_.as<Instruction>() + stage_begin_[s];
             b.tile_begin = tile_begin_.as<uint32_t>() + stage_begin_[s];
             b.tiles = tiles_.as<DeviceTile>();
@@ -154,7 +209,7 @@ private:
             b.ctx = state_->ctx;
             b.step_state = step_state_.as<int32_t>();
             b.count = stage_begin_[s + 1] - stage_begin_[s];
-            b.threads = kBaselineThreads;
+            b.threads = stage_threads_[s];
             b.scratch_bytes = scratch_bytes_;
             b.programmatic = s > 0;  // the first follows the host's copy of the step state, not a kernel
             check_cuda(launch_instruction_batch(b, stream_), "launching an op stage");
@@ -176,7 +231,8 @@ private:
     DeviceClaim claim_;  // before anything is allocated (device_api.hpp)
     std::unique_ptr<DeviceState> state_;
     DeviceBuffer instructions_, tile_begin_, tiles_, step_state_;
-    std::vector<uint32_t> stage_begin_;
+    std::vector<uint32_t> stage_begin_;  // block index where each stage starts, then the total
+    std::vector<uint32_t> stage_threads_, stage_opcode_;
     cudaStream_t stream_ = nullptr;
     cudaGraphExec_t graph_exec_ = nullptr;
     int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out

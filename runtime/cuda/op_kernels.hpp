@@ -1,4 +1,4 @@
-// The kernel-per-op baseline (host side): one launch runs a batch of independent instructions, one
+// The kernel-per-op baseline (host side): one launch runs a batch of independent records of one op, one
 // block each, with their tiles read in place from global memory. The reference the resident
 // interpreter is measured and checked against.
 #pragma once
@@ -12,10 +12,11 @@
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
 
-// Per-block thread limit: the launch bounds let the kernel (every op inlined) keep 255 registers.
+// Per-block thread limit (each op's kernel is compiled for it: up to 255 registers where the op needs them).
 inline constexpr uint32_t kBatchMaxThreads = 256;
 
 struct BatchLaunch {
+    uint32_t opcode;                  // every record's op (the caller's to keep true): picks the op's kernel
     const Instruction* instructions;  // device: the batch's `count` records
     const uint32_t* tile_begin;       // device: count + 1 indices into tiles, for those records
     const DeviceTile* tiles;          // device
@@ -27,6 +28,19 @@ struct BatchLaunch {
     uint32_t scratch_bytes;           // dynamic shared memory per block (at least 4 * (d_model + 1024))
     bool programmatic = false;        // programmatic dependent launch: the prologue overlaps the previous kernel
 };
+
+// How the baseline launches an op stage, chosen per op from its shape as a kernel-per-op implementation tuned
+// for batch-1 decode would be, instead of the megakernel's split (one record per SM) with one fixed block. A
+// record's tiles are dealt to several blocks only where the op takes its rows from its tiles alone (matvec_add;
+// rms_gate_up in whole gate/up pairs); the other ops' records carry row ranges (rms_qkv's RoPE), a chunk of
+// positions (attention) or a reduction slot (the LM head's argmax), so they run one block per record.
+struct StageShape {
+    uint32_t threads;          // per block: whole warps, at most kBatchMaxThreads
+    uint32_t tiles_per_block;  // tiles of a record per block; 0: the record's tiles in one block
+};
+
+// The shape of a stage whose first record is `first` (its first tile, or null), for a KV cache of ctx_len positions.
+StageShape stage_shape(const Instruction& first, const DeviceTile* first_tile, uint32_t ctx_len);
 
 // Enqueues the batch on `stream`; returns the launch's error (cudaSuccess when queued).
 cudaError_t launch_instruction_batch(const BatchLaunch& launch, cudaStream_t stream);

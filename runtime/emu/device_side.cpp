@@ -323,8 +323,13 @@ void griddep_launch_dependents(Where) {
     engine().maybe_preempt();
 }
 
+// Blocks (as the hardware does: no polling) until the kernel this one follows has ended; finish_grid wakes it.
 void griddep_wait(Where where) {
-    while (my_block().grid->primary_running) engine().sleep_current(256, "griddepcontrol.wait", where);
+    Grid& g = *my_block().grid;
+    while (g.primary_running) {
+        g.griddep_waiters.push_back(&me());
+        engine().block_current("griddepcontrol.wait", where, 0);
+    }
 }
 
 void fence_proxy_async(Where) {

@@ -162,6 +162,9 @@ void Engine::wake(Thread* t) {
 bool Engine::place_block(Device& d, Grid& g) {
     const Config& c = config;
     const uint32_t warps_threads = (g.threads_per_block + 31) / 32 * 32;
+    uint64_t live = 0;
+    for (uint32_t k = 0; k < c.n_sms; ++k) live += d.sm_threads[k];
+    if (live + warps_threads > c.max_live_threads) return false;
     for (uint32_t k = 0; k < c.n_sms; ++k) {
         const uint32_t sm = (g.next_block + k) % c.n_sms;
         if (d.sm_threads[sm] + warps_threads > c.max_threads_per_sm || d.sm_blocks[sm] + 1 > c.max_blocks_per_sm ||
@@ -203,6 +206,9 @@ bool Engine::try_start(Device& d, Grid& g) {
         std::vector<uint64_t> smem = d.sm_smem;
         const uint32_t tw = (g.threads_per_block + 31) / 32 * 32;
         uint32_t fit = 0;
+        uint64_t live = 0;
+        for (uint32_t sm = 0; sm < config.n_sms; ++sm) live += threads[sm];
+        if (live + uint64_t(g.n_blocks) * tw > config.max_live_threads) return false;
         for (uint32_t sm = 0; sm < config.n_sms; ++sm)
             while (fit < g.n_blocks && threads[sm] + tw <= config.max_threads_per_sm &&
                    blocks[sm] + 1 <= config.max_blocks_per_sm && smem[sm] + g.smem_per_block <= config.smem_per_sm) {
@@ -318,7 +324,11 @@ void Engine::finish_grid(Device& d, Grid& g) {
     Stream& s = *g.stream;
     if (&g == s.grid.get()) {
         s.grid = std::move(s.dependent);  // a programmatic kernel started early now follows nothing that runs
-        if (s.grid) s.grid->primary_running = false;
+        if (s.grid) {
+            s.grid->primary_running = false;
+            for (Thread* t : s.grid->griddep_waiters) wake(t);
+            s.grid->griddep_waiters.clear();
+        }
     } else {
         s.dependent.reset();  // it ended before the kernel it followed (it never waited for it)
     }

@@ -105,6 +105,7 @@ struct Grid {
     bool started = false;
     uint32_t released = 0;         // blocks that let a programmatic dependent start (launch_dependents or exit)
     bool primary_running = false;  // launched programmatically while the kernel before it still runs
+    std::vector<Thread*> griddep_waiters;  // blocked in griddepcontrol.wait until that kernel ends
 };
 
 struct Op {

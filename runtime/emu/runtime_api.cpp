@@ -381,7 +381,8 @@ cudaError_t launch(LaunchSpec spec) {
         const uint64_t tw = (threads + 31) / 32 * 32;
         const uint64_t per_sm = std::min<uint64_t>({c.max_threads_per_sm / tw, c.max_blocks_per_sm,
                                                     c.smem_per_sm / (spec.dynamic_smem + 1024)});
-        if (blocks > per_sm * c.n_sms) return record(cudaErrorCooperativeLaunchTooLarge);
+        if (blocks > per_sm * c.n_sms || blocks * tw > c.max_live_threads)
+            return record(cudaErrorCooperativeLaunchTooLarge);
     }
     Op op{Op::kernel};
     op.spec = std::move(spec);

@@ -187,6 +187,7 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 state->ranks[0].k_cache.upload(gpu.k_cache.data(), 4 * cache_floats, "K cache");
                 state->ranks[0].v_cache.upload(gpu.v_cache.data(), 4 * cache_floats, "V cache");
                 BatchLaunch b{};
+                b.opcode = p.ins->opcode;
                 b.instructions = state->instructions.as<Instruction>() + p.flat;
                 b.tile_begin = state->tile_begin.as<uint32_t>() + p.flat;
                 b.tiles = state->tiles.as<DeviceTile>();

@@ -19,6 +19,9 @@ struct Config {
     uint32_t land_per_256 = 24;               // chance (of 256) per decision that a pending bulk copy lands
     uint64_t spin_limit_ns = 10'000'000'000;  // virtual time without progress that is reported as a deadlock
     uint32_t stack_bytes = 256 * 1024;        // per device thread (fiber)
+    // Device threads alive at once on a device, whatever the SMs would hold: each fiber is two memory mappings
+    // and Linux allows a process 65530 (vm.max_map_count), so 132 full SMs (270k threads) cannot all be fibers.
+    uint32_t max_live_threads = 16384;
 };
 
 // Replaces the configuration; resets every device (no kernel may be running).

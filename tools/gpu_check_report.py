@@ -5,6 +5,7 @@ closing tables (stage results; ms/token, tokens/s and share of the measured copy
     gpu_check_report.py wrap-mk FILE --dtype D --flags "F" --ctx-map pp512=512,tg128=128 --command "mk bench ..."
     gpu_check_report.py summary BENCH_JSONL STAGES_TSV
     gpu_check_report.py results BENCH_JSONL --date D --commit C --device NAME --model SHAPE   (or --header-only)
+    gpu_check_report.py compare BENCH_JSONL [--dtype bf16 --ctx 128]
 
 `results` prints rows in bench/RESULTS.md's GPU table format, so recording a run is one paste.
 
@@ -133,6 +134,44 @@ def summary(a):
     return 0
 
 
+# The baselines the megakernel is held against (issue 20: >= 1.2x graphs+PDL), by mk's backend names.
+COMPARE_RUNNERS = (
+    ("megakernel (mk --backend cuda)", lambda r: r.get("source") == "mk" and r.get("backend") == "cuda"),
+    ("graphs+PDL (mk --backend cuda-kernels --graph)",
+     lambda r: r.get("source") == "mk" and r.get("backend") == "cuda-kernels-graph+pdl"),
+    ("kernels+PDL (mk --backend cuda-kernels)", lambda r: r.get("source") == "mk" and r.get("backend") == "cuda-kernels+pdl"),
+    ("torch eager (bench/torch_baseline.py)", lambda r: r.get("source") == "torch" and r.get("mode") == "eager"),
+)
+COMPARE_TARGET = 1.2
+
+
+def compare(a):
+    """One table: each runner's ms/token at one dtype and context, and the megakernel's speed-up over it."""
+    records, _ = read_records(a.bench)
+    rows = []
+    for name, match in COMPARE_RUNNERS:
+        found = [r for r in records if match(r) and not r.get("error") and r.get("ctx") == a.ctx and
+                 (r.get("source") == "torch" or r.get("dtype") == a.dtype)]
+        rows.append((name, found[0].get("ms_per_token") if found else None))
+    mega = rows[0][1]
+    print(f"baseline comparison, {a.dtype} tg at ctx {a.ctx} (one run, same shape){': ' + a.note if a.note else ''}:")
+    print("| runner | ms/token | megakernel speed-up |")
+    print("| --- | ---: | ---: |")
+    for name, ms in rows:
+        ratio = ms / mega if ms and mega else None
+        print(f"| {name} | {fmt_num(ms, '.3f') if ms else 'not measured'} | "
+              f"{fmt_num(ratio, '.2f') + 'x' if ratio else '-'} |")
+    graphs = rows[1][1]
+    if mega and graphs:
+        ratio = graphs / mega
+        verdict = "met" if ratio >= COMPARE_TARGET else "NOT met"
+        print(f"megakernel vs graphs+PDL: {ratio:.2f}x (target >= {COMPARE_TARGET}x: {verdict})")
+    else:
+        print("megakernel vs graphs+PDL: not measured (a runner failed or was skipped)")
+    print("mk: mean over positions 0..ctx-1 (tgN); torch: decode tokens after a ctx-token prefill.")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -150,8 +189,13 @@ def main():
     r.add_argument("--header-only", action="store_true")
     for field in ("date", "commit", "device", "model"):
         r.add_argument("--" + field, default="?")
+    c = sub.add_parser("compare")
+    c.add_argument("bench")
+    c.add_argument("--dtype", default="bf16")
+    c.add_argument("--ctx", type=int, default=128)
+    c.add_argument("--note", default="", help="said in the table's heading (a rehearsal: not a measurement)")
     a = ap.parse_args()
-    return {"wrap-mk": wrap_mk, "summary": summary, "results": results}[a.cmd](a)
+    return {"wrap-mk": wrap_mk, "summary": summary, "results": results, "compare": compare}[a.cmd](a)
 
 
 if __name__ == "__main__":

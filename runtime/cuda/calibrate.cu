@@ -225,13 +225,15 @@ __global__ void mma_chains(uint32_t n, uint64_t* ns, float* sink) {
 
 // The loader's fill: one thread a block streams the block's share of `src` into a ring of kFillPages pages with
 // cp.async.bulk, each page's mbarrier completed by its bytes, a page refilled once its last fill has landed.
-__global__ void fill_pages(const uint8_t* src, uint32_t pages_per_block, uint64_t* start_ns, uint64_t* end_ns) {
+// Page i of block b is page (b * pages_per_block + i) mod src_pages of `src` (src_pages small: an L2-resident source).
+__global__ void fill_pages(const uint8_t* src, uint32_t src_pages, uint32_t pages_per_block, uint64_t* start_ns,
+                           uint64_t* end_ns) {
     MK_DYNAMIC_SHARED(uint8_t, smem, 128);
     if (threadIdx.x != 0) return;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kFillPages * kPageBytes);
     for (uint32_t p = 0; p < kFillPages; ++p) ptx::mbarrier_init(&bars[p], 1);
     ptx::fence_mbarrier_init();
-    const uint8_t* mine = src + size_t(blockIdx.x) * pages_per_block * kPageBytes;
+    const uint64_t first = uint64_t(blockIdx.x) * pages_per_block;
     start_ns[blockIdx.x] = global_timer_ns();
     for (uint32_t i = 0; i < pages_per_block; ++i) {
         const uint32_t slot = i % kFillPages;
@@ -239,7 +241,8 @@ __global__ void fill_pages(const uint8_t* src, uint32_t pages_per_block, uint64_
             while (!ptx::mbarrier_try_wait(&bars[slot], (i / kFillPages - 1) & 1u)) {
             }
         ptx::mbarrier_arrive_expect_tx(&bars[slot], kPageBytes);
-        ptx::bulk_copy_to_shared(smem + slot * kPageBytes, mine + size_t(i) * kPageBytes, kPageBytes, &bars[slot]);
+        ptx::bulk_copy_to_shared(smem + slot * kPageBytes, src + (first + i) % src_pages * kPageBytes, kPageBytes,
+                                 &bars[slot]);
     }
     for (uint32_t i = pages_per_block > kFillPages ? pages_per_block - kFillPages : 0; i < pages_per_block; ++i)
         while (!ptx::mbarrier_try_wait(&bars[i % kFillPages], (i / kFillPages) & 1u)) {
@@ -472,10 +475,11 @@ Calibration run_calibration() {
         check(cudaFuncSetAttribute(fill_pages, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "fill smem");
         Buffer src(std::max<size_t>(size_t(per_sm_pages), size_t(all_pages) * all) * kPageBytes, "fill source");
         Buffer starts(all * 8, "fill starts"), ends(all * 8, "fill ends");
-        auto gbs = [&](uint32_t blocks, uint32_t pages) {
+        const uint32_t src_pages = std::max(per_sm_pages, all_pages * all);
+        auto gbs = [&](uint32_t blocks, uint32_t pages, uint32_t from_pages) {
             return median_of(repeats, [&](uint32_t) {
-                launch("page fill", fill_pages, blocks, 32, smem, src.as<const uint8_t>(), pages, starts.as<uint64_t>(),
-                       ends.as<uint64_t>());
+                launch("page fill", fill_pages, blocks, 32, smem, src.as<const uint8_t>(), from_pages, pages,
+                       starts.as<uint64_t>(), ends.as<uint64_t>());
                 std::vector<uint64_t> s(blocks), e(blocks);
                 check(cudaMemcpy(s.data(), starts.p, blocks * 8, cudaMemcpyDeviceToHost), "fill starts");
                 check(cudaMemcpy(e.data(), ends.p, blocks * 8, cudaMemcpyDeviceToHost), "fill ends");
@@ -483,10 +487,18 @@ Calibration run_calibration() {
                 return double(blocks) * pages * kPageBytes / double(std::max<uint64_t>(span, 1));
             });
         };
-        c.observations.push_back({"sm_fill_gbs", gbs(1, per_sm_pages), "GB/s",
+        c.observations.push_back({"sm_fill_gbs", gbs(1, per_sm_pages, src_pages), "GB/s",
                                   fmt::format("one SM alone filling {} 16 KiB pages through a ring of 8 with "
                                               "cp.async.bulk (the loader's copies)", per_sm_pages)});
-        constant("bandwidth_gbs", gbs(all, all_pages),
+        // What a prefill chunk's re-reads would cost if L2 serves them (its activations, <= 16 MiB, are read by every
+        // row block; bench/RESULTS.md, "after GEMM tiling"): every SM filling pages from one 16 MiB buffer that the
+        // median's earlier runs left in the 50 MB L2. An observation until the cost model prices re-reads with it.
+        const uint32_t l2_pages = scaled((16u << 20) / kPageBytes, 4);
+        c.observations.push_back({"l2_fill_gbs", gbs(all, all_pages, std::min(l2_pages, src_pages)), "GB/s",
+                                  fmt::format("{} SMs at once, each filling {} 16 KiB pages with cp.async.bulk from one "
+                                              "{} KiB buffer (L2-resident after the first run)",
+                                              all, all_pages, std::min(l2_pages, src_pages) * kPageBytes / 1024)});
+        constant("bandwidth_gbs", gbs(all, all_pages, src_pages),
                  fmt::format("{} SMs at once, each filling {} 16 KiB pages of its own share through a ring of 8 with "
                              "cp.async.bulk: bytes over the first start to the last end", all, all_pages));
     }

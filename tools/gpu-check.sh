@@ -483,7 +483,7 @@ if ((dry_run)); then
   if [[ $tests_state == ok ]]; then
     # Catch2 v2's --list-tags exits with the number of tags, so its output is what counts.
     "$cuda_tests" --list-tags >"$work/tags.txt" 2>&1
-    for tag in cuda smoke sanitize ops forward resident tp hf; do
+    for tag in cuda smoke calibrate sanitize ops forward resident tp hf; do
       grep -q "\[$tag\]" "$work/tags.txt" || echo "warning: mk_cuda_tests has no [$tag] test case yet"
     done
   fi
@@ -564,6 +564,11 @@ echo
 python3 "$root/tools/gpu_check_report.py" summary "$bench_jsonl" "$stages_tsv" | tee "$out/summary.md"
 echo
 [[ -s $out/baseline.md ]] && { cat "$out/baseline.md"; echo; }
+# The calibrate stage's verdict on the cost model, in the summary the closing note quotes.
+if [[ -s $out/calibration.md ]]; then
+  { echo "cost model, Llama-3.2-1B BF16 on the h200 target (calibration.md has the constants):"
+    grep -E '^(assumed|measured): ' "$out/calibration.md"; echo; } | tee -a "$out/summary.md"
+fi
 if ((failures)); then
   echo "gpu-check: $failures stage(s) FAILED; logs in $out"
   exit 1

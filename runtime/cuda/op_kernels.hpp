@@ -16,7 +16,8 @@ MK_CUDA_BACKEND_BEGIN
 inline constexpr uint32_t kBatchMaxThreads = 256;
 
 struct BatchLaunch {
-    uint32_t opcode;                  // every record's op (the caller's to keep true): picks the op's kernel
+    uint32_t opcode = UINT32_MAX;     // every record's op (the caller's to keep true): picks the op's kernel; unset:
+                                      // the launch fails (cudaErrorInvalidValue) rather than run another op's code
     const Instruction* instructions;  // device: the batch's `count` records
     const uint32_t* tile_begin;       // device: count + 1 indices into tiles, for those records
     const DeviceTile* tiles;          // device

@@ -83,6 +83,7 @@ public:
         const DeviceBuffer step = upload(std::vector<int32_t>{b.step.pos, b.step.token, b.step.n_tokens}, "step state");
 
         BatchLaunch l{};
+        l.opcode = ins.opcode;  // the op's own kernel (run_op_batch<Op>)
         l.instructions = ins_dev.as<Instruction>();
         l.tile_begin = tile_begin_dev.as<uint32_t>();
         l.tiles = tiles_dev.as<DeviceTile>();

@@ -109,17 +109,38 @@ Schedule resolve_schedule(const Model& model, const api::BackendOptions& o) {
                             resolve_tp(o), resolve_kv_type(o));
 }
 
+namespace {
+void check_device_code(const Schedule& schedule, const std::string& backend) {
+    for (const auto& stream : schedule.streams)
+        for (const Instruction& ins : stream)
+            if (!has_device_code(ins.opcode))
+                fail("--backend {}: the schedule holds {}, which has no CUDA implementation yet", backend,
+                     op_info(ins.opcode).name);
+}
+}  // namespace
+
 std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, const api::BackendOptions& o) {
     const std::string backend = resolve_backend(o);
+    if (is_cuda_backend(backend) && schedule.prefill_tokens)
+        fail("--backend {}: the schedule is a prefill step (chunks of {} tokens); the CUDA backends step a decode "
+             "schedule and compile the prefill step beside it (-b/--batch)", backend, schedule.prefill_tokens);
+    // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats, ranks
+    // and KV type (the CUDA backends: not yet with tensor parallelism, whose prompts run token by token there).
+    std::optional<Schedule> prefill;
+    if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
+    if (o.batch > 1 && (schedule.tp_size == 1 || !is_cuda_backend(backend)))
+        prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
+                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
     if (is_cuda_backend(backend)) {
-        if (schedule.prefill_tokens)
-            fail("--backend {}: the schedule is a prefill step (chunks of {} tokens); the CUDA backends step a decode "
-                 "schedule and run prompts token by token", backend, schedule.prefill_tokens);
-        for (const auto& stream : schedule.streams)
-            for (const Instruction& ins : stream)
-                if (!has_device_code(ins.opcode))
-                    fail("--backend {}: the schedule holds {}, which has no CUDA implementation yet", backend,
-                         op_info(ins.opcode).name);
+        check_device_code(schedule, backend);
+        // A chunk past what the device's scratch holds (device_prefill_limit) runs as the largest that fits (with a
+        // bf16 KV cache that can be far below -b's default).
+        if (const uint32_t fits = prefill ? device_prefill_limit(*prefill) : 0; prefill && prefill->prefill_tokens > fits)
+            prefill = fits > 1 ? std::optional(compile_prefill_schedule(model.config, schedule.weights, schedule.target,
+                                                                        parse_policy(o.policy), fits, o.all_logits,
+                                                                        KvType(schedule.dims.kv_type)))
+                               : std::nullopt;
+        if (prefill) check_device_code(*prefill, backend);
     }
     if (is_emulated(backend)) {
         if (schedule.tp_size > 1 && backend == "cuda-kernels-emu" && !o.tp_loopback)
@@ -133,7 +154,7 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         eo.separate_gpus = schedule.tp_size > 1 && !o.tp_loopback;
         eo.watchdog_ms = o.watchdog_ms;
         eo.trace_file = o.trace_file;
-        return make_cuda_emu_program(model, std::move(schedule), eo);
+        return make_cuda_emu_program(model, std::move(schedule), eo, std::move(prefill));
     }
     if (schedule.tp_size > 1 && backend == "cuda-kernels" && !o.tp_loopback)
         fail("--tp {} --backend cuda-kernels: the kernel-per-op baseline runs tensor parallel only on one GPU; "
@@ -146,14 +167,14 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         co.separate_gpus = schedule.tp_size > 1 && !o.tp_loopback;
         co.watchdog_ms = o.watchdog_ms;
         co.trace_file = o.trace_file;
-        return make_cuda_program(model, std::move(schedule), co);
+        return make_cuda_program(model, std::move(schedule), co, std::move(prefill));
     }
     if (backend == "cuda-kernels") {
         CudaKernelsOptions ko;
         ko.ctx_len = o.ctx_len;
         ko.graph = o.graph;
         ko.watchdog_ms = o.watchdog_ms;
-        return make_cuda_kernels_program(model, std::move(schedule), ko);
+        return make_cuda_kernels_program(model, std::move(schedule), ko, std::move(prefill));
     }
 #endif
     if (o.stepwise || o.graph || !o.trace_file.empty())
@@ -166,13 +187,6 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     if (o.cpu_dots != "exact" && o.cpu_dots != "q16")
         fail("--cpu-dots {}: expected exact (fp32 activations) or q16 (16-bit activation blocks)", o.cpu_dots);
     po.dots = o.cpu_dots == "exact" ? CpuDots::exact : CpuDots::q16;
-    // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats,
-    // ranks and KV type.
-    std::optional<Schedule> prefill;
-    if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
-    if (o.batch > 1)
-        prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
-                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
     return make_cpu_program(model, std::move(schedule), po, std::move(prefill));
 }
 

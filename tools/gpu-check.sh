@@ -26,7 +26,7 @@ smoke     25  nvidia-smi, mk devices, [cuda][smoke]
 calibrate 15  micro-kernels measure the device cost model's constants; the Llama-3.2-1B prediction re-priced
 sanitize  45  compute-sanitizer memcheck, synccheck and racecheck on [cuda][sanitize] (stepwise, tiny)
 ops       30  [cuda][ops]
-forward   45  [cuda][forward]
+forward   45  [cuda][forward], pp512 (BF16 bench model, the resident kernel, one 512-token prefill chunk: -b 512)
 resident  40  [cuda][resident], the HF transformers check, each CLI mode
 tp        30  [cuda][tp], mk generate --backend cuda --tp-loopback 3 against --backend cpu
 bench     80  copy bandwidth; BF16 tg128: megakernel -r 3, graphs+PDL and kernels+PDL -r 1, torch eager, one comparison table; pp512; Q8_0, Q4_1 as time allows
@@ -352,7 +352,11 @@ stage_sanitize() {
   ((n_skipped == 3)) && stage_verdict=skipped
 }
 stage_ops() { step 30 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flags[@]}"; }
-stage_forward() { step 45 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"; }
+stage_forward() {
+  step 30 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"
+  # The prompt path on the device: a 512-token prompt as one chunk of the prefill step (ms/token and tokens/s).
+  mk_bench bf16 15 "-p 512 -n 0 -r 1" --backend cuda -b 512
+}
 stage_resident() {
   step 20 "[cuda][resident]" -- "$cuda_tests" "[cuda][resident]" "${catch_flags[@]}"
   gpu_step 15 "HF model by transformers" -- python3 "$root/tests/reference/hf_tiny_model.py" "$work/hf"
@@ -394,6 +398,7 @@ mk_bench() {  # DTYPE LIMIT "TEST FLAGS" BACKEND FLAGS...: mk bench of the synth
   local dtype=$1 limit=$2 tests=$3
   shift 3
   local file="$work/mk-bench.$dtype.$RANDOM.json" model="$work/models/$bench_shape.$dtype.gguf"
+  [[ -f $model ]] || model="synthetic:$bench_shape:$dtype$bench_keys"  # before the bench stage writes it (forward)
   if ((rehearse)); then  # a few tokens, one repetition, the emulated backends
     tests=$(sed -E 's/-n 128/-n 2/; s/-p 512/-p 8/; s/-r 3/-r 1/' <<<"$tests")
     set -- $(sed -E 's/(^| )cuda-kernels( |$)/\1cuda-kernels-emu\2/; s/(^| )cuda( |$)/\1cuda-emu\2/' <<<"$*")

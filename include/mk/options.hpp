@@ -26,7 +26,7 @@ struct BackendOptions {
     std::string trace_file;               // cuda: write a Chrome/Perfetto trace of the instructions run
     uint32_t tp = 1;                      // tensor-parallel ranks (cpu: emulated in this process)
     uint32_t tp_loopback = 0;             // cuda: N ranks as disjoint SM partitions of one GPU (0 off)
-    uint32_t batch = 256;                 // cpu: prompt tokens per prefill step (llama.cpp's -b); 1 token by token
+    uint32_t batch = 256;                 // prompt tokens per prefill step (llama.cpp's -b); 1 token by token
                                           // (the CUDA backends and --tp still run prompts token by token)
     bool all_logits = false;              // keep every fed token's logits (Session::feed_logits), e.g. for perplexity
     std::string kv_type;                  // f32 | bf16: how the KV cache stores K and V ("" f32, or the schedule file's)

@@ -17,14 +17,20 @@ struct RmsQkvRowsDevice {
         const int32_t pos = ctx.pos + int32_t(run.begin);  // the block's first token's position
         const QkvKind kind = QkvKind(a.kind);
 
-        // Output i (row row_begin + i) of the block's token j: element row % hd of head row / hd. An fp32 cache
-        // only: K/V are finished in place (a bf16 cache would need the chunk's rows staged; the CUDA backends refuse prefill
-        // schedules, and the op test's emulator declines the bf16 cases).
-        auto out = [&](uint32_t j, uint32_t i) -> float* {
+        // Output i (row row_begin + i) of the block's token j: element row % hd of head row / hd. A bf16 cache's K/V
+        // rows are finished in fp32 in the scratch after the tokens' scales ((n, n_rows), token-major) and rounded once
+        // when stored, as the CPU does (the CUDA programs keep 64 + n_tok * (n_rows + 1) floats within the scratch:
+        // device_prefill_limit).
+        const bool staged = kind != QkvKind::q && ctx.dims.kv_type == uint32_t(KvType::bf16);
+        float* stage = dev::vector_scratch(ctx) + n;  // past the scales for_each_row_normed_dot keeps
+        auto cache_index = [&](uint32_t j, uint32_t i) {
             const uint32_t row = a.row_begin + i;
-            if (kind == QkvKind::q) return ctx.f32(a.q_off) + uint64_t(run.begin + j) * ctx.dims.q_dim() + row;
-            float* cache = static_cast<float*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache);
-            return cache + ctx.cache_offset(a.layer, row / hd) + uint64_t(pos + int32_t(j)) * hd + row % hd;
+            return ctx.cache_offset(a.layer, row / hd) + uint64_t(pos + int32_t(j)) * hd + row % hd;
+        };
+        auto out = [&](uint32_t j, uint32_t i) -> float* {
+            if (kind == QkvKind::q) return ctx.f32(a.q_off) + uint64_t(run.begin + j) * ctx.dims.q_dim() + a.row_begin + i;
+            if (staged) return stage + uint64_t(j) * a.n_rows + i;
+            return static_cast<float*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache) + cache_index(j, i);
         };
         dev::for_each_row_normed_dot(ctx, team, tiles, ctx.f32(a.x_off) + uint64_t(run.begin) * a.d_model, a.norm,
                                      a.d_model, n,
@@ -33,6 +39,12 @@ struct RmsQkvRowsDevice {
                                      });
         team.sync();  // every dot is in place
         RmsQkvDevice::finish(ctx, team, kind, a.row_begin, a.n_rows, hd, a.bias, a.qk_norm, n, pos, out);
+        if (!staged) return;
+        team.sync();  // every staged row is finished
+        uint16_t* cache = static_cast<uint16_t*>(kind == QkvKind::k ? ctx.k_cache : ctx.v_cache);
+        for (uint32_t u = team.rank; u < n * a.n_rows; u += team.size)
+            dev::kv_store(cache + cache_index(u / a.n_rows, u % a.n_rows), stage[u]);
+        team.sync();  // the scratch is free when run returns
     }
 };
 

@@ -4,6 +4,7 @@
 // each running one rank, treated as one.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -94,15 +95,18 @@ KernelHostOptions host_options(const Model& model, const Schedule& schedule, con
 class MegakernelProgram final : public Program {
 public:
     // The devices are claimed (host_) before anything is uploaded: a refused program allocates nothing.
-    MegakernelProgram(const Model& model, Schedule schedule, const CudaProgramOptions& options)
+    MegakernelProgram(const Model& model, Schedule schedule, std::optional<Schedule> prefill,
+                      const CudaProgramOptions& options)
         : options_(options), host_(cuda_device_api(), host_options(model, schedule, options)) {
         if (options.separate_gpus && schedule.tp_size > 1) {
+            if (prefill) fail("--tp {} on separate GPUs runs prompts token by token (prefill: one GPU)", schedule.tp_size);
             open_separate_gpus(model, schedule);
         } else {
             auto gpu = std::make_unique<Gpu>();
             check_cuda(cudaGetDevice(&gpu->device), "cudaGetDevice");
             gpu->state = upload_program_state(model, std::move(schedule), options.ctx_len, {RankLayout::separate});
             prepare(*gpu);
+            if (prefill) prefill_ = upload_prefill_state(model, std::move(*prefill), *gpu->state);
             gpus_.push_back(std::move(gpu));
         }
         for (auto& gpu : gpus_)
@@ -135,6 +139,8 @@ public:
         DeviceState& first = *gpus_[0]->state;
         first.check_step(token, pos, host_.next_pos());
         if (host_.broken()) recover();
+        resume_resident();
+        last_prefill_ = 0;
         const Command c = host_.command(1, std::span<const int32_t>(&token, 1));
         if (options_.stepwise)
             for (auto& gpu : gpus_) launch(*gpu, &c);
@@ -157,13 +163,62 @@ public:
             fail("generate: {} prompt and {} new tokens exceed the context of {}", prompt.size(), n_new, first.ctx_len);
         for (uint32_t i = 0; i < prompt.size(); ++i) first.check_step(prompt[i], int32_t(pos0 + i), pos0 + i);
         if (host_.broken()) recover();
-        DeviceLoopResult r = host_.generate(prompt, n_new, stop_tokens, on_token, cancel);
+        // With a prefill step, every prompt token but the last runs in chunks first; the last is the device loop's
+        // first step, which samples the first new token.
+        const uint64_t t0 = host_.now_ns();
+        uint32_t prefilled = 0;
+        if (prefill_)
+            for (const uint32_t chunk = prefill_tokens(); prefilled + 1 < prompt.size();) {
+                if (cancel && cancel->load()) {
+                    DeviceLoopResult r;
+                    r.n_steps = prefilled;
+                    r.stopped = r.cancelled = true;
+                    return r;
+                }
+                const uint32_t n = std::min<uint32_t>(chunk, uint32_t(prompt.size()) - 1 - prefilled);
+                prefill(prompt.subspan(prefilled, n), int32_t(pos0 + prefilled));
+                prefilled += n;
+            }
+        const double prefill_ms = double(host_.now_ns() - t0) / 1e6;
+        resume_resident();
+        last_prefill_ = 0;
+        DeviceLoopResult r = host_.generate(prompt.subspan(prefilled), n_new, stop_tokens, on_token, cancel);
         first.new_step();
+        r.n_steps += prefilled;
+        r.first_token_ms += prefill_ms;
+        r.total_ms += prefill_ms;
         return r;
+    }
+
+    uint32_t prefill_tokens() const override { return prefill_ ? prefill_->schedule.prefill_tokens : 0; }
+    bool prefill_all_logits() const override { return prefill_ && prefill_->schedule.all_logits; }
+
+    // A chunk is a launch of its own of the interpreter over the prefill step (one step, no command loop): the
+    // resident kernel holds every SM, so it is ended first and relaunched before the next decode step.
+    void prefill(std::span<const int32_t> tokens, int32_t pos) override {
+        if (!prefill_) Program::prefill(tokens, pos);
+        prefill_->post_chunk(tokens, pos, host_.next_pos());
+        if (host_.broken()) recover();
+        end_resident();
+        last_prefill_ = 0;
+        Gpu& gpu = *gpus_[0];
+        Command c = host_.command(1, tokens.first(1));  // the token is unused: the chunk's are in the arena
+        c.epoch0 = prefill_epoch_;
+        launch(gpu, &c, prefill_.get(), uint32_t(tokens.size()));
+        host_.run_launched(uint32_t(tokens.size()));
+        ++prefill_epoch_;
+        prefill_->new_step();
+        last_prefill_ = uint32_t(tokens.size());
+    }
+    std::span<const float> prefill_logits() const override {
+        if (!prefill_all_logits() || last_prefill_ == 0) return Program::prefill_logits();
+        check_cuda(cudaSetDevice(gpus_[0]->device), "cudaSetDevice");
+        return prefill_->chunk_logits(last_prefill_, true);
     }
 
     std::span<const float> logits() const override {
         check_cuda(cudaSetDevice(gpus_[0]->device), "cudaSetDevice");  // rank 0's arena holds them
+        if (last_prefill_) return prefill_->chunk_logits(last_prefill_, false);
         return gpus_[0]->state->host_logits();
     }
     void reset() override { host_.reset_position(); }
@@ -176,6 +231,7 @@ private:
     // A kernel that ignored the abort may still use this memory, and freeing it would wait for that kernel:
     // it is leaked instead (the device is unusable until the process exits anyway).
     void leak() {
+        (void)prefill_.release();
         for (auto& gpu : gpus_) (void)gpu.release();
         (void)exchange_.release();
     }
@@ -254,21 +310,25 @@ private:
         gpu.mailbox = std::make_unique<PinnedMailbox>(gpu.state->ctx_len);
     }
 
-    InterpreterParams params(const Gpu& gpu) const {
-        const DeviceState& s = *gpu.state;
+    // The launch of `s`: the GPU's decode step, or the prefill step for chunks of n_tokens.
+    InterpreterParams params(const Gpu& gpu, const DeviceState& s, uint32_t n_tokens) const {
+        const bool decode = &s == gpu.state.get();
         InterpreterParams p{};
         p.instructions = s.instructions.as<Instruction>();
         p.stream_begin = s.stream_begin.as<uint32_t>();
         p.tile_begin = s.tile_begin.as<uint32_t>();
         p.tiles = s.tiles.as<DeviceTile>();
         p.release_begin = s.release_begin.as<uint32_t>();
-        p.weight_blob = s.blob.as<uint8_t>();
+        p.weight_blob = s.weight_blob();
         p.n_sms = gpu.n_blocks();  // every rank's streams in loopback, one rank's on separate GPUs
         p.ctx = s.ctx;
+        p.ctx.n_tokens = int32_t(n_tokens);
         p.first_rank = gpu.first_rank;
         p.sms_per_rank = s.schedule.target.n_sms;
         p.sync = s.sync_slots.as<SyncSlots>();
-        p.token_off = s.posted_token_off();  // the first rank's sample hands its token to the host
+        // The first rank's sample hands its token to the host. A prefill step posts none: 0 matches no instruction
+        // (those that post no token have kNoOffset).
+        p.token_off = decode ? s.posted_token_off() : 0;
         p.control = gpu.control.as<DeviceControl>();
         p.mailbox = gpu.mailbox->device_;
         p.resident = !options_.stepwise;
@@ -276,15 +336,17 @@ private:
         p.n_pages = s.schedule.target.n_pages;
         p.page_bytes = uint32_t(s.schedule.target.page_bytes);
         p.scratch_bytes = gpu.scratch_bytes;
-        p.trace = gpu.trace.as<TraceRecord>();
-        p.trace_steps = gpu.trace.bytes() ? options_.trace_steps : 0;
+        p.trace = decode ? gpu.trace.as<TraceRecord>() : nullptr;  // traces: the decode steps'
+        p.trace_steps = decode && gpu.trace.bytes() ? options_.trace_steps : 0;
         p.n_instructions = uint32_t(s.layout.instructions.size());
         return p;
     }
 
-    void launch(Gpu& gpu, const Command* single = nullptr) {
+    // Launches the decode step's kernel (resident, or one command), or a prefill chunk of n_tokens (one command).
+    void launch(Gpu& gpu, const Command* single = nullptr, const DeviceState* prefill = nullptr, uint32_t n_tokens = 1) {
         check_cuda(cudaSetDevice(gpu.device), "cudaSetDevice");
-        InterpreterParams p = params(gpu);
+        InterpreterParams p = params(gpu, prefill ? *prefill : *gpu.state, n_tokens);
+        p.resident = !options_.stepwise && !prefill;
         if (single) {
             p.command = *single;
             p.command.tokens = gpu.mailbox->device_tokens_;
@@ -295,14 +357,23 @@ private:
         const std::string error = launch_interpreter(p, gpu.stream);
         if (!error.empty())
             fail("--backend cuda: launching the interpreter on {} SMs of GPU {} failed: {}", p.n_sms, gpu.device, error);
-        host_.set_running(!options_.stepwise);
+        if (!prefill) host_.set_running(!options_.stepwise);
     }
 
-    // After a fault the counters are mid-step: start them over (targets are epoch-relative) and relaunch.
-    void recover() {
-        host_.abort_and_wait();
-        if (host_.wedged()) fail("CUDA: the kernel on GPU {} did not end after the abort; the device is unusable until "
-                                 "this process exits", gpus_[0]->device);
+    // Ends the resident kernel (an exit command) so that a prefill chunk's launch can have the SMs.
+    void end_resident() {
+        if (options_.stepwise || !host_.running()) return;
+        if (!host_.shutdown())
+            fail("CUDA: the resident kernel on GPU {} did not end for the prefill; the device is unusable until this "
+                 "process exits", gpus_[0]->device);
+    }
+    // Relaunches the resident kernel after a prefill ended it: a fresh kernel starts from zeroed counters,
+    // control block and mailbox (epochs from 0); the position carries on.
+    void resume_resident() {
+        if (options_.stepwise || host_.running()) return;
+        restart_kernels();
+    }
+    void restart_kernels() {
         for (auto& gpu : gpus_) {
             check_cuda(cudaSetDevice(gpu->device), "cudaSetDevice");
             cudaGetLastError();
@@ -312,6 +383,18 @@ private:
         host_.reset_after_relaunch();
         if (!options_.stepwise)
             for (auto& gpu : gpus_) launch(*gpu);
+    }
+
+    // After a fault the counters are mid-step: start them over (targets are epoch-relative) and relaunch.
+    void recover() {
+        host_.abort_and_wait();
+        if (host_.wedged()) fail("CUDA: the kernel on GPU {} did not end after the abort; the device is unusable until "
+                                 "this process exits", gpus_[0]->device);
+        if (prefill_) {  // a chunk that faulted left its counters mid-step
+            prefill_->reset_counters();
+            prefill_epoch_ = 0;
+        }
+        restart_kernels();
     }
 
     void write_trace(const std::string& path) const {
@@ -331,12 +414,16 @@ private:
     KernelHost host_;  // the mailbox protocol and every bounded wait; holds the device claim longest
     std::unique_ptr<PeerExchange> exchange_;  // separate GPUs only; outlives the GPUs' states that point into it
     std::vector<std::unique_ptr<Gpu>> gpus_;  // the first runs rank 0
+    std::unique_ptr<DeviceState> prefill_;    // the prefill step over gpus_[0]'s weights and caches (freed first)
+    uint32_t prefill_epoch_ = 0;              // prefill steps run: its counters' epoch
+    uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0
 };
 
 }  // namespace
 
-std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options) {
-    return std::make_unique<MegakernelProgram>(model, std::move(schedule), options);
+std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options,
+                                           std::optional<Schedule> prefill) {
+    return std::make_unique<MegakernelProgram>(model, std::move(schedule), std::move(prefill), options);
 }
 
 MK_CUDA_BACKEND_END

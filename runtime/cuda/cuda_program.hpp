@@ -6,6 +6,7 @@
 #include "runtime/cuda/backend_namespace.hpp"
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,8 +28,11 @@ struct CudaProgramOptions {
 // The megakernel Program; unless stepwise, its resident kernel runs whole generations (run_generation).
 // One resident megakernel per device: a second one, or any launch on a device that runs one, is refused
 // with an mk::Error naming it (it could never start). Throws mk::Error when there is no usable device,
-// or the schedule, model or context do not fit it.
-std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options);
+// or the schedule, model or context do not fit it. `prefill`, when given, is a prefill schedule
+// (compile_prefill_schedule, same model, target and weight formats; one GPU, no tensor parallelism): the program's
+// prefill() runs it over the same uploaded weights and KV cache.
+std::unique_ptr<Program> make_cuda_program(const Model& model, Schedule schedule, const CudaProgramOptions& options,
+                                           std::optional<Schedule> prefill = std::nullopt);
 
 struct CudaKernelsOptions {
     uint32_t ctx_len = 0;
@@ -36,7 +40,8 @@ struct CudaKernelsOptions {
     bool graph = false;  // capture each step's launches once and replay them as a CUDA graph
 };
 std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule,
-                                                   const CudaKernelsOptions& options);
+                                                   const CudaKernelsOptions& options,
+                                                   std::optional<Schedule> prefill = std::nullopt);
 
 MK_CUDA_BACKEND_END
 }  // namespace mk

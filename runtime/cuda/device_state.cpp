@@ -75,13 +75,32 @@ void DeviceState::check_step(int32_t token, int32_t pos, uint32_t next_pos) cons
         fail("token id {} is outside the vocabulary ({})", token, schedule.dims.vocab);
 }
 
-std::span<const float> DeviceState::host_logits() const {
-    if (!logits_valid) {
-        logits.resize(schedule.dims.vocab);
+void DeviceState::post_chunk(std::span<const int32_t> tokens, int32_t pos, uint32_t next_pos) const {
+    const uint32_t limit = schedule.prefill_tokens;
+    if (tokens.empty() || tokens.size() > limit) fail("prefill of {} tokens: a chunk holds 1 to {}", tokens.size(), limit);
+    if (pos < 0 || uint64_t(pos) + tokens.size() > ctx_len)
+        fail("positions {}..{} are outside the context of {} tokens", pos, pos + int64_t(tokens.size()) - 1, ctx_len);
+    if (uint32_t(pos) != next_pos) fail("position {} does not follow the previous step (expected {})", pos, next_pos);
+    for (int32_t id : tokens)
+        if (id < 0 || uint32_t(id) >= schedule.dims.vocab)
+            fail("token id {} is outside the vocabulary ({})", id, schedule.dims.vocab);
+    check_cuda(cudaMemcpy(ctx.arena + schedule.tokens_off, tokens.data(), 4 * tokens.size(), cudaMemcpyHostToDevice),
+               "writing the chunk's tokens");
+}
+
+std::span<const float> DeviceState::chunk_logits(uint32_t n, bool every) const {
+    if (!schedule.all_logits) return host_logits(1);
+    const std::span<const float> rows = host_logits(n);
+    return every ? rows : rows.subspan(uint64_t(n - 1) * schedule.dims.vocab, schedule.dims.vocab);
+}
+
+std::span<const float> DeviceState::host_logits(uint32_t rows) const {
+    if (logits_rows != rows) {
+        logits.resize(uint64_t(rows) * schedule.dims.vocab);
         check_cuda(cudaMemcpy(logits.data(), ctx.arena + schedule.logits_off, 4ull * logits.size(),
                               cudaMemcpyDeviceToHost),
                    "reading the logits");
-        logits_valid = true;
+        logits_rows = rows;
     }
     return {logits.data(), logits.size()};
 }
@@ -140,6 +159,78 @@ uint32_t DeviceState::posted_token_off() const {
     return uint32_t(schedule.token_off + first * schedule.rank_arena_bytes);
 }
 
+namespace {
+
+// Binds the state's schedule to the model (only the weights `used` names, where given), refuses weight formats
+// the device code lacks, prepares it against stand-in memory and checks what the kernels assume of a step.
+ModelWeights bind_and_prepare(const Model& model, DeviceState& s, const std::vector<bool>* used) {
+    const std::string source = model.path.string();
+    ModelWeights bound = bind_weights(model, s.schedule, used);
+    for (size_t id = 0; id < bound.refs.size(); ++id) {
+        const WeightRef& w = bound.refs[id];
+        if (w.data && !device_supports(w.dtype))
+            fail("{}: weight {} is {}, which the CUDA backend does not run yet (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+                 source, id, dtype_name(w.dtype));
+    }
+    // prepare_schedule validates against a program's memory; the device buffers do not exist yet, and it
+    // only checks that they are present, so stand-ins mark them.
+    uint8_t stand_in[16] = {};
+    ProgramMemory memory;
+    memory.arena = stand_in;
+    memory.weights = bound.refs.data();
+    memory.k_cache = memory.v_cache = stand_in;
+    memory.ctx_len = s.ctx_len;
+    memory.rope_inv_freq = bound.rope_inv_freq.data();
+    s.prepared = prepare_schedule(s.schedule, memory, /*check_pages=*/true, /*keep_accesses=*/false);
+
+    uint32_t samples = 0;
+    for (const auto& stream : s.schedule.streams)
+        for (const Instruction& ins : stream) samples += op_info(ins.opcode).effects(ins).posts_token();
+    const uint32_t prefill = s.schedule.prefill_tokens, tp = s.schedule.tp_size;
+    if (samples != (prefill ? 0 : tp))  // a prefill step samples on the host, from its logits
+        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({}), none in a "
+             "prefill step", samples, tp);
+    if (prefill && prefill > device_prefill_limit(s.schedule))
+        fail("schedule: prefill chunks of {} tokens (-b/--batch); the CUDA backends take at most {} for this model{}",
+             prefill, device_prefill_limit(s.schedule),
+             s.schedule.dims.kv_type == uint32_t(KvType::bf16) ? " and a bf16 KV cache" : "");
+    return bound;
+}
+
+// The schedule's flat arrays and each instruction's wait and signal slots.
+void upload_schedule_tables(DeviceState& s) {
+    s.instructions = upload_vector(s.layout.instructions, "instructions");
+    s.stream_begin = upload_vector(s.layout.stream_begin, "stream table");
+    s.tile_begin = upload_vector(s.layout.tile_begin, "tile index");
+    s.tiles = upload_vector(s.layout.tiles, "tiles");
+    s.release_begin = upload_vector(s.layout.release_begin, "release index");
+    // A counter a transfer signals is acquired and released at system scope by everyone (peers write it).
+    std::vector<uint8_t> remote(exchange_counter_bytes(s.schedule) / 8, 0);
+    for (const auto& stream : s.schedule.streams)
+        for (const Instruction& ins : stream)
+            if (op_info(ins.opcode).effects(ins).writes_peer())
+                for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
+    std::vector<SyncSlots> sync(s.layout.instructions.size(), SyncSlots{});
+    for (size_t i = 0; i < sync.size(); ++i) {
+        const Instruction& ins = s.layout.instructions[i];
+        for (uint32_t w = 0; w < ins.n_waits; ++w) {
+            const Wait& wait = ins.waits[w];
+            sync[i].waits[w] = {wait.counter, kSlotValid | (remote[wait.counter] ? kSlotSystem : 0u),
+                                s.schedule.counters[wait.counter].step_total, wait.target};
+        }
+        for (uint32_t g = 0; g < ins.n_signals; ++g) {
+            const Signal& signal = ins.signals[g];
+            sync[i].signals[g] = {signal.counter,
+                                  signal.delta | (kSlotValid | (remote[signal.counter] ? kSlotSystem : 0u)) << 16};
+        }
+        pack_release_order(s.layout.release_order.data() + s.layout.release_begin[i],
+                           s.layout.release_begin[i + 1] - s.layout.release_begin[i], sync[i].release);
+    }
+    s.sync_slots = upload_vector(sync, "wait and signal slots");
+}
+
+}  // namespace
+
 std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
                                                   const RankPlacement& placement) {
     const std::string source = model.path.string();
@@ -161,35 +252,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     const uint32_t first_stream = one_rank ? placement.rank * n_sms : 0;
     const uint32_t n_streams = one_rank ? n_sms : uint32_t(s.schedule.streams.size());
     const std::vector<bool> used = one_rank ? weights_read_by(s.schedule, first_stream, n_streams) : std::vector<bool>{};
-    ModelWeights bound = bind_weights(model, s.schedule, one_rank ? &used : nullptr);
-    for (size_t id = 0; id < bound.refs.size(); ++id) {
-        const WeightRef& w = bound.refs[id];
-        if (w.data && !device_supports(w.dtype))
-            fail("{}: weight {} is {}, which the CUDA backend does not run yet (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
-                 source, id, dtype_name(w.dtype));
-    }
-    // prepare_schedule validates against a program's memory; the device buffers do not exist yet, and it
-    // only checks that they are present, so stand-ins mark them.
-    uint8_t stand_in[16] = {};
-    ProgramMemory memory;
-    memory.arena = stand_in;
-    memory.weights = bound.refs.data();
-    memory.k_cache = memory.v_cache = stand_in;
-    memory.ctx_len = s.ctx_len;
-    memory.rope_inv_freq = bound.rope_inv_freq.data();
-    s.prepared = prepare_schedule(s.schedule, memory, /*check_pages=*/true, /*keep_accesses=*/false);
-
-    uint32_t samples = 0;
-    for (const auto& stream : s.schedule.streams)
-        for (const Instruction& ins : stream) samples += op_info(ins.opcode).effects(ins).posts_token();
-    const uint32_t prefill = s.schedule.prefill_tokens;
-    if (samples != (prefill ? 0 : tp))  // a prefill step samples on the host, from its logits
-        fail("schedule: {} sample instructions a step; the CUDA backend needs exactly one per rank ({}), none in a "
-             "prefill step", samples, tp);
-    // The prefill ops keep one fp32 per token in the team scratch (op_scratch_bytes, past the reduction floats).
-    if (prefill && prefill + 64 > op_scratch_bytes(s.schedule.dims) / 4)
-        fail("schedule: prefill chunks of {} tokens; the CUDA backends take at most {} (d_model + 960)", prefill,
-             op_scratch_bytes(s.schedule.dims) / 4 - 64);
+    ModelWeights bound = bind_and_prepare(model, s, one_rank ? &used : nullptr);
 
     if (one_rank) {
         for (uint32_t sm = first_stream; sm < first_stream + n_streams; ++sm)
@@ -220,8 +283,9 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
 
     s.blob = upload_vector(blob.bytes, "weights");
     const std::vector<DeviceWeight> weight_table = device_weights(blob, s.blob.as<uint8_t>());
-    blob = WeightBlob{};  // the host copy is no longer needed
+    blob.bytes = std::vector<uint8_t>();  // the host copy is no longer needed
     s.weights = upload_vector(weight_table, "weight table");
+    s.blob_index = std::move(blob);
     for (uint32_t k = 0; k < n_sets; ++k) {
         const uint32_t r = one_rank ? placement.rank : k;  // shared: rank 0's bias is none
         RankBuffers& b = s.ranks.emplace_back();
@@ -244,34 +308,7 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);
     s.rank_table = upload_vector(s.rank_memory, "rank table");
     s.rope = upload_vector(bound.rope_inv_freq, "RoPE table");
-    s.instructions = upload_vector(s.layout.instructions, "instructions");
-    s.stream_begin = upload_vector(s.layout.stream_begin, "stream table");
-    s.tile_begin = upload_vector(s.layout.tile_begin, "tile index");
-    s.tiles = upload_vector(s.layout.tiles, "tiles");
-    s.release_begin = upload_vector(s.layout.release_begin, "release index");
-    // A counter a transfer signals is acquired and released at system scope by everyone (peers write it).
-    std::vector<uint8_t> remote(counter_bytes / 8, 0);
-    for (const auto& stream : s.schedule.streams)
-        for (const Instruction& ins : stream)
-            if (op_info(ins.opcode).effects(ins).writes_peer())
-                for (uint32_t g = 0; g < ins.n_signals; ++g) remote[ins.signals[g].counter] = 1;
-    std::vector<SyncSlots> sync(s.layout.instructions.size(), SyncSlots{});
-    for (size_t i = 0; i < sync.size(); ++i) {
-        const Instruction& ins = s.layout.instructions[i];
-        for (uint32_t w = 0; w < ins.n_waits; ++w) {
-            const Wait& wait = ins.waits[w];
-            sync[i].waits[w] = {wait.counter, kSlotValid | (remote[wait.counter] ? kSlotSystem : 0u),
-                                s.schedule.counters[wait.counter].step_total, wait.target};
-        }
-        for (uint32_t g = 0; g < ins.n_signals; ++g) {
-            const Signal& signal = ins.signals[g];
-            sync[i].signals[g] = {signal.counter,
-                                  signal.delta | (kSlotValid | (remote[signal.counter] ? kSlotSystem : 0u)) << 16};
-        }
-        pack_release_order(s.layout.release_order.data() + s.layout.release_begin[i],
-                           s.layout.release_begin[i + 1] - s.layout.release_begin[i], sync[i].release);
-    }
-    s.sync_slots = upload_vector(sync, "wait and signal slots");
+    upload_schedule_tables(s);
 
     const RankMemory& first = s.rank_memory[one_rank ? placement.rank : 0];
     s.ctx.dims = d;
@@ -282,6 +319,51 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     s.ctx.k_cache = first.k_cache;
     s.ctx.v_cache = first.v_cache;
     s.ctx.ctx_len = s.ctx_len;
+    return state;
+}
+
+std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode) {
+    const Schedule& own = decode.schedule;
+    if (prefill.prefill_tokens == 0) fail("the prefill schedule is a decode step (compile it with --prefill T)");
+    if (prefill.tp_size != 1 || own.tp_size != 1) fail("CUDA: multi-token prefill runs without tensor parallelism so far");
+    if (prefill.config_hash != own.config_hash || prefill.weights.size() != own.weights.size() ||
+        prefill.dims.kv_type != own.dims.kv_type)
+        fail("CUDA: the prefill schedule was compiled for another model or KV cache type");
+    for (size_t id = 0; id < own.weights.size(); ++id)
+        if (prefill.weights[id].dtype != own.weights[id].dtype || prefill.weights[id].row_bytes != own.weights[id].row_bytes)
+            fail("CUDA: the prefill schedule expects weight {} in another format", id);
+    if (prefill.target.n_sms != own.target.n_sms || prefill.target.n_pages != own.target.n_pages ||
+        prefill.target.page_bytes != own.target.page_bytes)
+        fail("CUDA: the prefill schedule was compiled for another target ({} SMs of {} pages; the decode step's: {} of {})",
+             prefill.target.n_sms, prefill.target.n_pages, own.target.n_sms, own.target.n_pages);
+
+    auto state = std::make_unique<DeviceState>();
+    DeviceState& s = *state;
+    s.schedule = std::move(prefill);
+    s.ctx_len = decode.ctx_len;
+    s.weights_of = &decode;
+    (void)bind_and_prepare(model, s, nullptr);
+    // The tiles' offsets into the decode step's blob: the same weights, bound the same way, one upload.
+    s.layout = build_upload_layout(s.schedule, s.prepared, decode.blob_index);
+
+    const uint64_t arena_bytes = s.schedule.arena_bytes, counter_bytes = exchange_counter_bytes(s.schedule);
+    const uint64_t needed = arena_bytes + counter_bytes + s.layout.instructions.size() * sizeof(Instruction) +
+                            s.layout.tiles.size() * sizeof(DeviceTile);
+    const DeviceInfo device = current_device();
+    if (needed > device.free_bytes)
+        fail("{}: prefill chunks of {} tokens need {} more bytes of device memory, but {} has {} free; use a smaller "
+             "-b", model.path.string(), s.schedule.prefill_tokens, needed, device.name, device.free_bytes);
+    RankBuffers& b = s.ranks.emplace_back();
+    b.arena = DeviceBuffer(arena_bytes + 16, "prefill activation arena");
+    b.counters = DeviceBuffer(counter_bytes, "prefill counters");
+    const RankMemory& shared = decode.rank_memory.at(0);
+    s.rank_memory.push_back({b.arena.as<uint8_t>(), shared.k_cache, shared.v_cache, b.counters.as<uint64_t>()});
+    s.rank_table = upload_vector(s.rank_memory, "prefill rank table");
+    upload_schedule_tables(s);
+
+    s.ctx = decode.ctx;  // dims, weights, RoPE table, caches, context
+    s.ctx.arena = b.arena.as<uint8_t>();
+    s.ctx.ranks = s.rank_table.as<RankMemory>();
     return state;
 }
 

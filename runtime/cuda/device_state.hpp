@@ -89,13 +89,26 @@ struct DeviceState {
     DeviceBuffer sync_slots;  // SyncSlots by instruction (interpreter.hpp)
     DeviceOpContext ctx{};  // the first rank's memory (rank 0's but one_rank); pos, token, scratch left for the launcher
     uint64_t weight_bytes = 0;
+    WeightBlob blob_index;  // where each weight sits in `blob` (offsets and table; the bytes are not kept)
+    // A prefill step's state (upload_prefill_state): the decode state whose weights, RoPE table and KV caches
+    // it runs over; its own are empty. Null for a decode state.
+    const DeviceState* weights_of = nullptr;
+
+    // The weight blob the tiles' source offsets count from (the decode state's, for a prefill state).
+    const uint8_t* weight_blob() const { return (weights_of ? weights_of->blob : blob).as<uint8_t>(); }
 
     // What every CUDA Program's step() checks first: the position is in the context and follows the
     // previous one, the token is in the vocabulary.
     void check_step(int32_t token, int32_t pos, uint32_t next_pos) const;
-    // The last step's logits, copied from the device once per step (new_step() forgets the copy).
-    std::span<const float> host_logits() const;
-    void new_step() { logits_valid = false; }
+    // What every CUDA Program's prefill() does first: checks a chunk (1 to prefill_tokens tokens in the
+    // vocabulary, at positions in the context from next_pos) and writes its tokens where the step reads them.
+    void post_chunk(std::span<const int32_t> tokens, int32_t pos, uint32_t next_pos) const;
+    // After a prefill step of n tokens: the last token's logits, or with `every` (all_logits) (n, vocab).
+    std::span<const float> chunk_logits(uint32_t n, bool every) const;
+    // The last step's logits, copied from the device once per step (new_step() forgets the copy): `rows`
+    // rows of vocab from logits_off (a prefill step with all logits keeps one row per chunk token).
+    std::span<const float> host_logits(uint32_t rows = 1) const;
+    void new_step() { logits_rows = 0; }
     // one_rank: where peer `rank`'s region of the arena (its first byte) and its counters are, as this device
     // addresses them (an NCCL peer pointer, or the peer's own pointer under CUDA peer access).
     void set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* counters);
@@ -109,7 +122,7 @@ struct DeviceState {
 
 private:
     mutable std::vector<float> logits;
-    mutable bool logits_valid = false;
+    mutable uint32_t logits_rows = 0;  // rows held by `logits`; 0: none copied since new_step()
 };
 
 // Binds, repacks and uploads. Throws mk::Error naming the model file for unsupported weight formats,
@@ -117,6 +130,10 @@ private:
 // With RankLayout::one_rank, call on the rank's device (cudaSetDevice) and read only rank 0's logits.
 std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
                                                   const RankPlacement& placement = {});
+// A prefill schedule (compile_prefill_schedule, same model, target and weight formats) over `decode`'s uploaded
+// weights and KV caches: only its layout, activation arena and counters are uploaded. Tensor parallel: not yet
+// (mk::Error). `decode` must outlive it.
+std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode);
 
 MK_CUDA_BACKEND_END
 }  // namespace mk

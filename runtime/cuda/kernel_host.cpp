@@ -193,20 +193,7 @@ void KernelHost::run(const Command& c, const std::function<bool(uint32_t)>& prog
     cancel_sent_ = false;
     std::string error;
     if (!options_.resident) {
-        const WaitEnd end = wait_all(answer_limit_ns(), error);
-        if (end == WaitEnd::failed) {
-            broken_ = true;
-            fail("the interpreter kernel failed: {}", error);
-        }
-        if (end == WaitEnd::timed_out) {
-            abort_all();
-            if (wait_all(abort_grace_ns(), error) == WaitEnd::timed_out) wedged_ = true;
-            broken_ = true;
-            if (!wedged_) check_fault();
-            fail_stopped(fmt::format("the interpreter kernel did not end within {} ms and was aborted",
-                                     answer_limit_ns() / kMs));
-        }
-        check_fault();
+        wait_launched();
     } else {
         post(c);
         // The device's watchdog fires first; this bound only catches a kernel that stopped answering.
@@ -267,6 +254,30 @@ void KernelHost::run(const Command& c, const std::function<bool(uint32_t)>& prog
     if (progress) progress(done);
     epoch_ += done;
     next_pos_ += done;
+}
+
+void KernelHost::wait_launched() {
+    std::string error;
+    const WaitEnd end = wait_all(answer_limit_ns(), error);
+    if (end == WaitEnd::failed) {
+        broken_ = true;
+        fail("the interpreter kernel failed: {}", error);
+    }
+    if (end == WaitEnd::timed_out) {
+        abort_all();
+        if (wait_all(abort_grace_ns(), error) == WaitEnd::timed_out) wedged_ = true;
+        broken_ = true;
+        if (!wedged_) check_fault();
+        fail_stopped(fmt::format("the interpreter kernel did not end within {} ms and was aborted",
+                                 answer_limit_ns() / kMs));
+    }
+    check_fault();
+}
+
+void KernelHost::run_launched(uint32_t n_positions) {
+    check_usable();
+    wait_launched();
+    next_pos_ += n_positions;
 }
 
 void KernelHost::send_cancel() {

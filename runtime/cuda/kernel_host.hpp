@@ -62,6 +62,10 @@ public:
     // fault, a dead kernel or no answer; afterwards the position and epoch follow the steps done.
     void run(const Command& c, const std::function<bool(uint32_t)>& progress = {},
              const std::atomic<bool>* cancel = nullptr);
+    // A launch of the caller's own that serves no command (a prefill chunk, run while no resident kernel does):
+    // waits for it to end, bounded as a stepwise launch; afterwards the position is n_positions further on (the
+    // epoch is the caller's: a prefill step has counters of its own). Throws as run() does.
+    void run_launched(uint32_t n_positions);
     // The resident loop: the prompt and up to n_new tokens in one command (see Program::run_generation).
     DeviceLoopResult generate(std::span<const int32_t> prompt, uint32_t n_new, std::span<const int32_t> stop_tokens,
                               const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* cancel);
@@ -73,6 +77,7 @@ public:
     // Aborts and waits, bounded, for every kernel to end (after a fault, before a relaunch).
     void abort_and_wait();
 
+    uint64_t now_ns() { return api_.now_ns(); }  // the clock generate() reports in (the emulator's: virtual)
     uint32_t next_pos() const { return next_pos_; }
     uint32_t epoch() const { return epoch_; }
     void reset_position() { next_pos_ = 0; }
@@ -85,6 +90,7 @@ public:
 
 private:
     void post(const Command& c);
+    void wait_launched();
     void abort_all();
     void send_cancel();
     bool any_fault() const;

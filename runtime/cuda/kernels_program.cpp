@@ -62,13 +62,29 @@ int current_ordinal() {
     return device;
 }
 
+// One schedule's blocks on the device in sequential order, cut into stages, and its captured graph.
+struct Stages {
+    DeviceBuffer instructions, tile_begin, tiles;
+    std::vector<uint32_t> begin;  // block index where each stage starts, then the total
+    std::vector<uint32_t> threads, opcode;
+    cudaGraphExec_t graph = nullptr;
+    void leak() {
+        for (DeviceBuffer* b : {&instructions, &tile_begin, &tiles}) b->leak();
+        graph = nullptr;
+    }
+};
+
 class KernelsProgram final : public Program {
 public:
-    KernelsProgram(const Model& model, Schedule schedule, const CudaKernelsOptions& options)
+    KernelsProgram(const Model& model, Schedule schedule, const CudaKernelsOptions& options, std::optional<Schedule> prefill)
         : options_(options), device_(current_ordinal()),
           claim_(device_, DeviceClaim::Kind::shared, fmt::format("a cuda-kernels program ({})", model.path.filename().string())),
           state_(upload_program_state(model, std::move(schedule), options.ctx_len)) {
-        order_stages();
+        decode_ = order_stages(*state_);
+        if (prefill) {
+            prefill_ = upload_prefill_state(model, std::move(*prefill), *state_);
+            prefill_stages_ = order_stages(*prefill_);
+        }
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
         check_cuda(cudaMallocHost(reinterpret_cast<void**>(&host_step_), 3 * sizeof(int32_t)), "step state");
         step_state_ = DeviceBuffer(3 * sizeof(int32_t), "step state");  // {pos, token, n_tokens}
@@ -79,12 +95,16 @@ public:
         const StreamRef s{device_, stream_};
         if (wedged_ || wait_streams(cuda_device_api(), std::span(&s, 1), limit_ns(), error) == WaitEnd::timed_out) {
             // Kernels still running would make every free below wait for them: leak the memory instead.
+            (void)prefill_.release();
             (void)state_.release();
             claim_.keep_forever();
-            for (DeviceBuffer* b : {&instructions_, &tile_begin_, &tiles_, &step_state_}) b->leak();
+            decode_.leak();
+            prefill_stages_.leak();
+            step_state_.leak();
             return;
         }
-        if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+        for (const Stages* st : {&decode_, &prefill_stages_})
+            if (st->graph) cudaGraphExecDestroy(st->graph);
         cudaStreamDestroy(stream_);
         cudaFreeHost(host_step_);
     }
@@ -93,17 +113,8 @@ public:
         if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
                           "process exits", device_);
         state_->check_step(token, pos, next_pos_);
-        host_step_[0] = pos;
-        host_step_[1] = token;
-        host_step_[2] = 1;
-        check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 3 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-                   "posting the step");
-        if (options_.graph) {
-            if (!graph_exec_) capture();
-            check_cuda(cudaGraphLaunch(graph_exec_, stream_), "replaying the step's graph");
-        } else {
-            launch_stages();
-        }
+        last_prefill_ = 0;
+        enqueue(decode_, *state_, pos, token, 1);
         check_cuda(cudaMemcpyAsync(host_step_, state_->ctx.arena + state_->schedule.token_off, sizeof(int32_t),
                                    cudaMemcpyDeviceToHost, stream_),
                    "reading the token");
@@ -114,7 +125,29 @@ public:
         return sampled;
     }
 
-    std::span<const float> logits() const override { return state_->host_logits(); }
+    uint32_t prefill_tokens() const override { return prefill_ ? prefill_->schedule.prefill_tokens : 0; }
+    bool prefill_all_logits() const override { return prefill_ && prefill_->schedule.all_logits; }
+    // A chunk: the prefill step's stages (or their graph) over the same weights and KV cache.
+    void prefill(std::span<const int32_t> tokens, int32_t pos) override {
+        if (!prefill_) Program::prefill(tokens, pos);
+        if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
+                          "process exits", device_);
+        prefill_->post_chunk(tokens, pos, next_pos_);
+        last_prefill_ = 0;
+        enqueue(prefill_stages_, *prefill_, pos, 0, int32_t(tokens.size()));
+        wait_step();
+        prefill_->new_step();
+        next_pos_ += uint32_t(tokens.size());
+        last_prefill_ = uint32_t(tokens.size());
+    }
+    std::span<const float> prefill_logits() const override {
+        if (!prefill_all_logits() || last_prefill_ == 0) return Program::prefill_logits();
+        return prefill_->chunk_logits(last_prefill_, true);
+    }
+
+    std::span<const float> logits() const override {
+        return last_prefill_ ? prefill_->chunk_logits(last_prefill_, false) : state_->host_logits();
+    }
     void reset() override { next_pos_ = 0; }
     void truncate(uint32_t n_past) override {
         if (n_past > next_pos_) fail("cannot keep {} positions: only {} have run", n_past, next_pos_);
@@ -147,8 +180,9 @@ private:
     // Every instruction in sequential (seq) order, its tiles with it, cut into stages; each stage's records dealt
     // to blocks by its launch shape (stage_shape): a record whose tiles are split becomes several blocks, each a
     // copy of the record with a range of its tiles.
-    void order_stages() {
-        const UploadLayout& layout = state_->layout;
+    static Stages order_stages(const DeviceState& state) {
+        Stages out;
+        const UploadLayout& layout = state.layout;
         std::vector<uint32_t> order(layout.instructions.size());
         std::iota(order.begin(), order.end(), 0u);
         std::stable_sort(order.begin(), order.end(),
@@ -171,10 +205,10 @@ private:
             const bool has_tile = layout.tile_begin[first] < layout.tile_begin[first + 1];
             const StageShape shape = stage_shape(layout.instructions[first],
                                                  has_tile ? &layout.tiles[layout.tile_begin[first]] : nullptr,
-                                                 state_->ctx_len);
-            stage_begin_.push_back(uint32_t(blocks.size()));
-            stage_threads_.push_back(shape.threads);
-            stage_opcode_.push_back(layout.instructions[first].opcode);
+                                                 state.ctx_len);
+            out.begin.push_back(uint32_t(blocks.size()));
+            out.threads.push_back(shape.threads);
+            out.opcode.push_back(layout.instructions[first].opcode);
             for (uint32_t k = record_stage_begin[s]; k < record_stage_begin[s + 1]; ++k) {
                 const uint32_t i = order[k], t0 = layout.tile_begin[i], t1 = layout.tile_begin[i + 1];
                 const uint32_t per_block = shape.tiles_per_block ? shape.tiles_per_block : std::max(1u, t1 - t0);
@@ -188,40 +222,56 @@ private:
                 } while (t < t1);
             }
         }
-        stage_begin_.push_back(uint32_t(blocks.size()));
+        out.begin.push_back(uint32_t(blocks.size()));
         tile_begin.push_back(uint32_t(tiles.size()));
-        instructions_ = DeviceBuffer(std::max<size_t>(1, blocks.size()) * sizeof(Instruction), "instructions");
-        instructions_.upload(blocks.data(), blocks.size() * sizeof(Instruction), "instructions");
-        tile_begin_ = DeviceBuffer(tile_begin.size() * sizeof(uint32_t), "tile index");
-        tile_begin_.upload(tile_begin.data(), tile_begin.size() * sizeof(uint32_t), "tile index");
-        tiles_ = DeviceBuffer(std::max<size_t>(1, tiles.size()) * sizeof(DeviceTile), "tiles");
-        tiles_.upload(tiles.data(), tiles.size() * sizeof(DeviceTile), "tiles");
+        out.instructions = DeviceBuffer(std::max<size_t>(1, blocks.size()) * sizeof(Instruction), "instructions");
+        out.instructions.upload(blocks.data(), blocks.size() * sizeof(Instruction), "instructions");
+        out.tile_begin = DeviceBuffer(tile_begin.size() * sizeof(uint32_t), "tile index");
+        out.tile_begin.upload(tile_begin.data(), tile_begin.size() * sizeof(uint32_t), "tile index");
+        out.tiles = DeviceBuffer(std::max<size_t>(1, tiles.size()) * sizeof(DeviceTile), "tiles");
+        out.tiles.upload(tiles.data(), tiles.size() * sizeof(DeviceTile), "tiles");
+        return out;
     }
 
-    void launch_stages() {
-        for (size_t s = 0; s + 1 < stage_begin_.size(); ++s) {
+    // Posts the step's {pos, token, n_tokens} and enqueues its stages (replays their graph with --graph).
+    void enqueue(Stages& st, const DeviceState& state, int32_t pos, int32_t token, int32_t n_tokens) {
+        host_step_[0] = pos;
+        host_step_[1] = token;
+        host_step_[2] = n_tokens;
+        check_cuda(cudaMemcpyAsync(step_state_.as<void>(), host_step_, 3 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+                   "posting the step");
+        if (options_.graph) {
+            if (!st.graph) capture(st, state);
+            check_cuda(cudaGraphLaunch(st.graph, stream_), "replaying the step's graph");
+        } else {
+            launch_stages(st, state);
+        }
+    }
+
+    void launch_stages(const Stages& st, const DeviceState& state) {
+        for (size_t s = 0; s + 1 < st.begin.size(); ++s) {
             BatchLaunch b{};
-            b.opcode = stage_opcode_[s];
-            b.instructions = instructions_.as<Instruction>() + stage_begin_[s];
-            b.tile_begin = tile_begin_.as<uint32_t>() + stage_begin_[s];
-            b.tiles = tiles_.as<DeviceTile>();
-            b.weight_blob = state_->blob.as<uint8_t>();
-            b.ctx = state_->ctx;
+            b.opcode = st.opcode[s];
+            b.instructions = st.instructions.as<Instruction>() + st.begin[s];
+            b.tile_begin = st.tile_begin.as<uint32_t>() + st.begin[s];
+            b.tiles = st.tiles.as<DeviceTile>();
+            b.weight_blob = state.weight_blob();
+            b.ctx = state.ctx;
             b.step_state = step_state_.as<int32_t>();
-            b.count = stage_begin_[s + 1] - stage_begin_[s];
-            b.threads = stage_threads_[s];
+            b.count = st.begin[s + 1] - st.begin[s];
+            b.threads = st.threads[s];
             b.scratch_bytes = scratch_bytes_;
             b.programmatic = s > 0;  // the first follows the host's copy of the step state, not a kernel
             check_cuda(launch_instruction_batch(b, stream_), "launching an op stage");
         }
     }
 
-    void capture() {
+    void capture(Stages& st, const DeviceState& state) {
         cudaGraph_t graph = nullptr;
         check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing the step");
-        launch_stages();
+        launch_stages(st, state);
         check_cuda(cudaStreamEndCapture(stream_, &graph), "capturing the step");
-        const cudaError_t status = cudaGraphInstantiate(&graph_exec_, graph, 0);
+        const cudaError_t status = cudaGraphInstantiate(&st.graph, graph, 0);
         cudaGraphDestroy(graph);
         check_cuda(status, "instantiating the step's graph");
     }
@@ -230,21 +280,22 @@ private:
     int device_ = 0;
     DeviceClaim claim_;  // before anything is allocated (device_api.hpp)
     std::unique_ptr<DeviceState> state_;
-    DeviceBuffer instructions_, tile_begin_, tiles_, step_state_;
-    std::vector<uint32_t> stage_begin_;  // block index where each stage starts, then the total
-    std::vector<uint32_t> stage_threads_, stage_opcode_;
+    std::unique_ptr<DeviceState> prefill_;  // the prefill step over state_'s weights and caches; null without one
+    Stages decode_, prefill_stages_;
+    DeviceBuffer step_state_;
     cudaStream_t stream_ = nullptr;
-    cudaGraphExec_t graph_exec_ = nullptr;
     int32_t* host_step_ = nullptr;  // pinned: {pos, token} in, the sampled token out
     uint32_t scratch_bytes_ = 0;
     uint32_t next_pos_ = 0;
+    uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0
     bool wedged_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule, const CudaKernelsOptions& options) {
-    return std::make_unique<KernelsProgram>(model, std::move(schedule), options);
+std::unique_ptr<Program> make_cuda_kernels_program(const Model& model, Schedule schedule, const CudaKernelsOptions& options,
+                                                   std::optional<Schedule> prefill) {
+    return std::make_unique<KernelsProgram>(model, std::move(schedule), options, std::move(prefill));
 }
 
 MK_CUDA_BACKEND_END

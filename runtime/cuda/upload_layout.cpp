@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/page_ring.hpp"
 
@@ -77,6 +78,19 @@ UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prep
     if (out.max_tile_bytes > s.target.page_bytes)
         fail("a tile of {} bytes does not fit the target's {}-byte pages", out.max_tile_bytes, s.target.page_bytes);
     return out;
+}
+
+uint32_t device_prefill_limit(const Schedule& prefill) {
+    const uint64_t floats = op_scratch_bytes(prefill.dims) / 4 - 64;
+    uint64_t limit = floats;
+    if (prefill.dims.kv_type == uint32_t(KvType::bf16))
+        for (const auto& stream : prefill.streams)
+            for (const Instruction& ins : stream) {
+                if (ins.opcode != uint16_t(Opcode::rms_qkv_rows)) continue;
+                const auto a = decode_args<RmsQkvRowsArgs>(ins);
+                if (QkvKind(a.kind) != QkvKind::q) limit = std::min<uint64_t>(limit, floats / (a.n_rows + 1));
+            }
+    return uint32_t(limit);
 }
 
 }  // namespace mk

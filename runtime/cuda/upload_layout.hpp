@@ -8,6 +8,7 @@
 #include "instructions/device_types.hpp"
 #include "runtime/prepare.hpp"
 #include "runtime/model_weights.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace mk {
 
@@ -42,5 +43,11 @@ struct UploadLayout {
 // Throws mk::Error for a tile that is not a legal bulk copy or a page plan over PageRing::kMaxPages.
 UploadLayout build_upload_layout(const Schedule& schedule, const PreparedSchedule& prepared, const WeightBlob& blob,
                                  uint32_t first_stream = 0, uint32_t n_streams = UINT32_MAX);
+
+// The most tokens a chunk of this prefill schedule's shape may hold on the CUDA backends: the prefill ops keep one
+// fp32 per token in the team scratch (op_scratch_bytes, past 64 reduction floats): d_model + 960; with a bf16 KV
+// cache, rms_qkv_rows finishes each K/V block's (T, rows) outputs there too (rounded once when stored), so
+// (d_model + 960) / (rows + 1) for its largest block (the blocks' rows do not depend on T).
+uint32_t device_prefill_limit(const Schedule& prefill);
 
 }  // namespace mk

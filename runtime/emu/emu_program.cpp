@@ -10,7 +10,8 @@
 
 namespace mk {
 
-std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule schedule, const CudaEmuOptions& options) {
+std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule schedule, const CudaEmuOptions& options,
+                                               std::optional<Schedule> prefill) {
     fmt::print(stderr, "mk: {} runs the CUDA device code in the emulator on the CPU ({} SMs, every device thread a "
                        "fiber): slow, for checking without a GPU\n",
                options.kernels ? "cuda-kernels-emu" : "cuda-emu", schedule.streams.size());
@@ -18,7 +19,7 @@ std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule sche
         CudaKernelsOptions ko;
         ko.ctx_len = options.ctx_len;
         ko.graph = options.graph;
-        return make_cuda_kernels_program(model, std::move(schedule), ko);
+        return make_cuda_kernels_program(model, std::move(schedule), ko, std::move(prefill));
     }
     if (options.separate_gpus && mk_emu::config().n_devices < schedule.tp_size) {
         mk_emu::Config c = mk_emu::config();
@@ -31,7 +32,7 @@ std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule sche
     co.separate_gpus = options.separate_gpus;
     co.watchdog_ms = options.watchdog_ms;
     co.trace_file = options.trace_file;
-    return make_cuda_program(model, std::move(schedule), co);
+    return make_cuda_program(model, std::move(schedule), co, std::move(prefill));
 }
 
 Calibration run_emulated_calibration() { return run_calibration(); }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "models/model.hpp"
@@ -27,8 +28,10 @@ struct CudaEmuOptions {
 inline constexpr uint32_t kEmuDefaultSms = 8;
 inline constexpr uint64_t kEmuSmemOptin = 232448;  // the H200's opt-in shared memory per block (227 KiB)
 
-// Opens the program on the emulator (its configuration: mk_emu::configure, or MK_EMU_SEED / MK_EMU_SMS).
-std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule schedule, const CudaEmuOptions& options);
+// Opens the program on the emulator (its configuration: mk_emu::configure, or MK_EMU_SEED / MK_EMU_SMS); `prefill`
+// as make_cuda_program's.
+std::unique_ptr<Program> make_cuda_emu_program(const Model& model, Schedule schedule, const CudaEmuOptions& options,
+                                               std::optional<Schedule> prefill = std::nullopt);
 
 // The calibration micro-kernels (runtime/cuda/calibrate.cu) run by the emulator: "emulated", values that time it.
 Calibration run_emulated_calibration();

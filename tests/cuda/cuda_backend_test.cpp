@@ -18,6 +18,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"
+#include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/compile.hpp"
 #include "tests/cuda/cuda_test_config.hpp"
 #include "tests/test_compare.hpp"
@@ -282,6 +283,124 @@ TEST_CASE("CUDA resident: a device-side generation (128 tokens, 32 emulated) equ
     const GenerateStats stats = engine.generate(prompt, go, [](std::string_view) { return true; });
     CHECK(stats.tokens == expected);
     CHECK(stats.n_past == int32_t(prompt.size() + n_new) - 1);
+}
+
+}  // namespace mk
+
+namespace mk {
+namespace {
+
+// Every prompt token's logits through a program's prefill step in chunks of its T (all logits).
+std::vector<std::vector<float>> prefilled(Program& program, const std::vector<int32_t>& tokens) {
+    std::vector<std::vector<float>> out;
+    const uint32_t chunk = program.prefill_tokens();
+    REQUIRE(chunk > 0);
+    REQUIRE(program.prefill_all_logits());
+    for (size_t i = 0; i < tokens.size(); i += chunk) {
+        const size_t n = std::min<size_t>(chunk, tokens.size() - i);
+        program.prefill(std::span(tokens.data() + i, n), int32_t(i));
+        const std::span<const float> rows = program.prefill_logits();
+        REQUIRE(rows.size() == n * program.schedule().dims.vocab);
+        for (size_t j = 0; j < n; ++j)
+            out.emplace_back(rows.begin() + std::ptrdiff_t(j * program.schedule().dims.vocab),
+                             rows.begin() + std::ptrdiff_t((j + 1) * program.schedule().dims.vocab));
+        // logits() after a chunk: its last token's.
+        CHECK(test::rel_l2(std::vector<float>(program.logits().begin(), program.logits().end()), out.back()) == 0.0);
+    }
+    return out;
+}
+
+// A program on `backend` with a prefill step for chunks of T tokens keeping every token's logits.
+std::unique_ptr<Program> prefill_program(const Model& model, const std::string& backend, uint32_t chunk,
+                                         const std::string& kv_type = "") {
+    api::BackendOptions o;
+    o.backend = test::cuda_backend(backend);
+    o.kv_type = kv_type;
+    o.ctx_len = 64;
+    o.threads = 2;
+    o.cpu_dots = "exact";
+    o.batch = chunk;
+    o.all_logits = true;
+    if (chunk > 1) return make_program(model, o);
+    // T = 1, which -b does not compile (the CLI runs that token by token): the prefill step by hand.
+    Schedule s = resolve_schedule(model, o);
+    Schedule prefill = compile_prefill_schedule(model.config, s.weights, s.target, parse_policy(o.policy), 1, true,
+                                                KvType(s.dims.kv_type));
+    if (backend == "cpu") return make_cpu_program(model, std::move(s), ProgramOptions{.n_threads = 2, .ctx_len = 64},
+                                                  std::move(prefill));
+    REQUIRE(backend == "cuda");
+    return make_cuda_program(model, std::move(s), CudaProgramOptions{.ctx_len = 64}, std::move(prefill));
+}
+
+}  // namespace
+
+// The prefill step on the device (resident kernel; the kernel-per-op baseline at one T) against the CPU backend's
+// prefill step and its token-by-token path: every prompt token's logits within 1e-5 (rel. L2; fp32 sums in
+// another order) for chunks of T in {1, 7, 16} over a 19-token prompt (short last chunks), then mk generate's
+// path: prefill chunks, then the device loop, greedy tokens equal to the CPU's.
+TEST_CASE("CUDA prefill: chunks of T tokens match the CPU's prefill and token-by-token logits", "[cuda][prefill]") {
+    for (const std::string spec : {"synthetic:tiny-llama:f32:seed=61", "synthetic:tiny-qwen3:bf16:seed=62"}) {
+        Model model = synthetic(spec);
+        const std::vector<int32_t> prompt = test_tokens(model, 19);
+        auto cpu = program_for(model, "cpu");
+        const auto by_token = teacher_forced(*cpu, prompt);
+        for (uint32_t chunk : {1u, 7u, 16u}) {
+            const std::string what = spec + " T=" + std::to_string(chunk);
+            auto cpu_prefill = prefill_program(model, "cpu", chunk);
+            const auto want = prefilled(*cpu_prefill, prompt);
+            check_against(want, by_token, 1e-5, what + " cpu prefill vs token by token");
+            const auto got = prefilled(*prefill_program(model, "cuda", chunk), prompt);
+            check_against(got, want, 1e-5, what + " resident vs cpu prefill");
+            check_against(got, by_token, 1e-5, what + " resident vs token by token");
+            if (chunk == 7) check_against(prefilled(*prefill_program(model, "cuda-kernels", chunk), prompt), want, 1e-5,
+                                          what + " kernels vs cpu prefill");
+        }
+
+        // One generation, as mk generate runs it: -b 7 (chunks 7 + 7 + 4, the last prompt token the device loop's
+        // first step), greedy, against the CPU's.
+        GenerateOptions go;
+        go.n_predict = 6;
+        go.stop_at_eog = false;
+        auto generate = [&](const std::string& backend) {
+            api::BackendOptions o;
+            o.backend = backend == "cpu" ? backend : test::cuda_backend(backend);
+            o.ctx_len = 64;
+            o.cpu_dots = "exact";
+            o.batch = 7;
+            Engine engine(model, make_program(model, o));
+            REQUIRE(engine.program().prefill_tokens() == 7);
+            return engine.generate(prompt, go, [](std::string_view) { return true; });
+        };
+        const GenerateStats want = generate("cpu"), got = generate("cuda");
+        INFO(spec);
+        CHECK(got.tokens == want.tokens);
+        CHECK(got.tokens.size() == 6);
+        CHECK(got.n_past == want.n_past);
+    }
+}
+
+// A bf16 KV cache: rms_qkv_rows rounds each chunk's K/V once, after RoPE, as the CPU does, so the chunks' logits
+// match the CPU's bf16-cache prefill within 1e-5 as well (a value summed in another order could round the other way:
+// measured 0 here), and differ from the f32 cache's (the type reached the op).
+TEST_CASE("CUDA prefill: a bf16 KV cache's chunks match the CPU's", "[cuda][prefill][kv]") {
+    Model model = synthetic("synthetic:tiny-qwen2:bf16:seed=63");
+    const std::vector<int32_t> prompt = test_tokens(model, 19);
+    const auto want = prefilled(*prefill_program(model, "cpu", 7, "bf16"), prompt);
+    const auto got = prefilled(*prefill_program(model, "cuda", 7, "bf16"), prompt);
+    check_against(got, want, 1e-5, "tiny-qwen2 bf16 KV T=7 resident vs cpu prefill");
+    const auto f32 = prefilled(*prefill_program(model, "cpu", 7), prompt);
+    CHECK(test::rel_l2(want.back(), f32.back()) > 1e-6);
+
+    // -b past what the scratch holds for the bf16 cache's K/V blocks runs as the largest chunk that fits.
+    auto fitted = prefill_program(model, "cuda", 4096, "bf16");
+    const uint32_t fits = fitted->prefill_tokens();
+    const Schedule& s = fitted->schedule();
+    CHECK(fits == device_prefill_limit(compile_prefill_schedule(model.config, s.weights, s.target,
+                                                                parse_policy(api::BackendOptions{}.policy), 4096, true,
+                                                                KvType::bf16)));
+    REQUIRE(fits > 1);
+    REQUIRE(fits < 4096);
+    check_against(prefilled(*fitted, prompt), want, 1e-5, "tiny-qwen2 bf16 KV -b 4096 resident vs cpu prefill T=7");
 }
 
 }  // namespace mk

@@ -34,8 +34,6 @@ public:
     std::string name() const override { return "cuda-emu"; }
     bool accepts(const Instruction& ins, const OpBuffers& b) const override {
         if (!has_device_code(ins.opcode)) return false;  // an MK_HOST_OP runs on the CPU only
-        // rms_qkv_rows' device code stores an fp32 cache only (the CUDA backends run no prefill schedule yet).
-        if (ins.opcode == uint16_t(Opcode::rms_qkv_rows) && b.dims.kv_type == uint32_t(KvType::bf16)) return false;
         for (size_t id = 0; id < b.formats.size(); ++id)
             if (!b.weights[id].empty() && !device_supports(DType(b.formats[id].dtype))) return false;
         return true;

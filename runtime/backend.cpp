@@ -125,10 +125,11 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         fail("--backend {}: the schedule is a prefill step (chunks of {} tokens); the CUDA backends step a decode "
              "schedule and compile the prefill step beside it (-b/--batch)", backend, schedule.prefill_tokens);
     // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats, ranks
-    // and KV type (the CUDA backends: not yet with tensor parallelism, whose prompts run token by token there).
+    // and KV type (the CUDA backends' ranks on one GPU, --tp-loopback, too; on separate GPUs prompts still run token
+    // by token).
     std::optional<Schedule> prefill;
     if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
-    if (o.batch > 1 && (schedule.tp_size == 1 || !is_cuda_backend(backend)))
+    if (o.batch > 1 && (schedule.tp_size == 1 || !is_cuda_backend(backend) || o.tp_loopback))
         prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
                                            o.batch, o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
     if (is_cuda_backend(backend)) {
@@ -138,7 +139,7 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         if (const uint32_t fits = prefill ? device_prefill_limit(*prefill) : 0; prefill && prefill->prefill_tokens > fits)
             prefill = fits > 1 ? std::optional(compile_prefill_schedule(model.config, schedule.weights, schedule.target,
                                                                         parse_policy(o.policy), fits, o.all_logits,
-                                                                        KvType(schedule.dims.kv_type)))
+                                                                        KvType(schedule.dims.kv_type), schedule.tp_size))
                                : std::nullopt;
         if (prefill) check_device_code(*prefill, backend);
     }

@@ -84,8 +84,11 @@ void DeviceState::post_chunk(std::span<const int32_t> tokens, int32_t pos, uint3
     for (int32_t id : tokens)
         if (id < 0 || uint32_t(id) >= schedule.dims.vocab)
             fail("token id {} is outside the vocabulary ({})", id, schedule.dims.vocab);
-    check_cuda(cudaMemcpy(ctx.arena + schedule.tokens_off, tokens.data(), 4 * tokens.size(), cudaMemcpyHostToDevice),
-               "writing the chunk's tokens");
+    // Every rank embeds the chunk: rank k's tokens sit in its region (its entry's base is biased by the region).
+    for (uint32_t k = 0; k < schedule.tp_size; ++k)
+        check_cuda(cudaMemcpy(rank_memory.at(k).arena + schedule.tokens_off + uint64_t(k) * schedule.rank_arena_bytes,
+                              tokens.data(), 4 * tokens.size(), cudaMemcpyHostToDevice),
+                   "writing the chunk's tokens");
 }
 
 std::span<const float> DeviceState::chunk_logits(uint32_t n, bool every) const {
@@ -325,7 +328,11 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
 std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode) {
     const Schedule& own = decode.schedule;
     if (prefill.prefill_tokens == 0) fail("the prefill schedule is a decode step (compile it with --prefill T)");
-    if (prefill.tp_size != 1 || own.tp_size != 1) fail("CUDA: multi-token prefill runs without tensor parallelism so far");
+    if (prefill.tp_size != own.tp_size)
+        fail("CUDA: the prefill schedule is for {} tensor-parallel rank(s), the decode step for {}", prefill.tp_size,
+             own.tp_size);
+    if (own.tp_size > 1 && decode.placement.layout == RankLayout::one_rank)
+        fail("CUDA: --tp {} on separate GPUs runs prompts token by token (prefill: one GPU)", own.tp_size);
     if (prefill.config_hash != own.config_hash || prefill.weights.size() != own.weights.size() ||
         prefill.dims.kv_type != own.dims.kv_type)
         fail("CUDA: the prefill schedule was compiled for another model or KV cache type");
@@ -346,23 +353,32 @@ std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule p
     // The tiles' offsets into the decode step's blob: the same weights, bound the same way, one upload.
     s.layout = build_upload_layout(s.schedule, s.prepared, decode.blob_index);
 
-    const uint64_t arena_bytes = s.schedule.arena_bytes, counter_bytes = exchange_counter_bytes(s.schedule);
-    const uint64_t needed = arena_bytes + counter_bytes + s.layout.instructions.size() * sizeof(Instruction) +
+    // As the decode step's memory (upload_program_state): one arena and counter array holding every rank
+    // (shared), or one per rank (separate, --tp-loopback), each rank's entry biased by its region; the rank's
+    // KV caches are the decode step's.
+    const uint32_t tp = s.schedule.tp_size;
+    const uint32_t n_sets = decode.placement.layout == RankLayout::separate ? tp : 1;
+    const uint64_t arena_bytes = s.schedule.arena_bytes / n_sets, counter_bytes = exchange_counter_bytes(s.schedule);
+    const uint64_t needed = n_sets * (arena_bytes + counter_bytes) + s.layout.instructions.size() * sizeof(Instruction) +
                             s.layout.tiles.size() * sizeof(DeviceTile);
     const DeviceInfo device = current_device();
     if (needed > device.free_bytes)
         fail("{}: prefill chunks of {} tokens need {} more bytes of device memory, but {} has {} free; use a smaller "
              "-b", model.path.string(), s.schedule.prefill_tokens, needed, device.name, device.free_bytes);
-    RankBuffers& b = s.ranks.emplace_back();
-    b.arena = DeviceBuffer(arena_bytes + 16, "prefill activation arena");
-    b.counters = DeviceBuffer(counter_bytes, "prefill counters");
-    const RankMemory& shared = decode.rank_memory.at(0);
-    s.rank_memory.push_back({b.arena.as<uint8_t>(), shared.k_cache, shared.v_cache, b.counters.as<uint64_t>()});
+    for (uint32_t k = 0; k < n_sets; ++k) {
+        RankBuffers& b = s.ranks.emplace_back();
+        b.arena = DeviceBuffer(arena_bytes + 16, "prefill activation arena");
+        b.counters = DeviceBuffer(counter_bytes, "prefill counters");
+        const RankMemory& own_rank = decode.rank_memory.at(k);
+        s.rank_memory.push_back({rank_biased(b.arena.as<uint8_t>(), k * arena_bytes), own_rank.k_cache, own_rank.v_cache,
+                                 b.counters.as<uint64_t>()});
+    }
+    while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);  // shared: the same bases
     s.rank_table = upload_vector(s.rank_memory, "prefill rank table");
     upload_schedule_tables(s);
 
     s.ctx = decode.ctx;  // dims, weights, RoPE table, caches, context
-    s.ctx.arena = b.arena.as<uint8_t>();
+    s.ctx.arena = s.rank_memory[0].arena;
     s.ctx.ranks = s.rank_table.as<RankMemory>();
     return state;
 }

@@ -163,6 +163,43 @@ TEST_CASE("CUDA TP loopback: TP=3 (the SmolLM2 shape, tiny emulated) matches the
     }
 }
 
+// A prompt in prefill chunks split across 3 ranks on one device (resident kernel and kernel-per-op baseline): every
+// position's logits against the CPU's TP = 1 token by token, then a decode step from the prefilled caches.
+TEST_CASE("CUDA TP loopback: TP=3 prefill chunks match the CPU at TP=1", "[cuda][tp][prefill]") {
+    Model model = synthetic(test::device_or_emu<std::string>(
+        "synthetic:smollm2-135m:bf16:layers=2:vocab=4096:seed=38",
+        "synthetic:tiny-llama:bf16:d_model=96:heads=6:kv_heads=3:ff=384:seed=38"));
+    const std::vector<int32_t> prompt = {1, 279, 304, 315, 238, 374, 12, 99, 7, 450, 31};
+    const uint32_t tp = 3, chunk = 4;  // 11 tokens: chunks of 4, 4 and 3
+    const Reference ref = cpu_reference(model, prompt, 2);
+    for (const Mode& m : {kResident, kKernels}) {
+        api::BackendOptions o = options(m.backend, tp);
+        o.batch = chunk;
+        o.all_logits = true;
+        auto gpu = make_program(model, o);
+        REQUIRE(gpu->prefill_tokens() == chunk);
+        REQUIRE(gpu->schedule().tp_size == tp);
+        double worst = 0;
+        for (size_t i = 0; i < prompt.size(); i += chunk) {
+            const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+            gpu->prefill(std::span(prompt.data() + i, n), int32_t(i));
+            const std::span<const float> rows = gpu->prefill_logits();
+            const size_t vocab = ref.logits[0].size();
+            REQUIRE(rows.size() == n * vocab);
+            for (size_t j = 0; j < n; ++j)
+                worst = std::max(worst, test::rel_l2(std::vector<float>(rows.begin() + std::ptrdiff_t(j * vocab),
+                                                                        rows.begin() + std::ptrdiff_t((j + 1) * vocab)),
+                                                     ref.logits[i + j]));
+        }
+        INFO(m.name << ": worst rel. L2 of the prefill logits vs CPU TP=1 " << worst);
+        CHECK(worst < 1e-5);
+        // The next step reads every rank's prefilled KV cache.
+        const size_t p = prompt.size();
+        gpu->step(ref.inputs[p], int32_t(p), {}, {});
+        CHECK(test::rel_l2(std::vector<float>(gpu->logits().begin(), gpu->logits().end()), ref.logits[p]) < 1e-5);
+    }
+}
+
 TEST_CASE("CUDA TP loopback: TP=3 on SmolLM2-135M gives the CPU's greedy tokens", "[cuda][tp][model]") {
     Model model = load_model(test::default_model_path());
     const std::vector<int32_t> prompt = model.tokenizer.encode("The capital of France is");

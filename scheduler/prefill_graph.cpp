@@ -1,10 +1,11 @@
 // Builds the prefill-step graph: a chunk of up to T tokens through every layer at once. embed_rows; per layer
 // rms_qkv_rows tiles (K/V for their tokens' positions), attn_rows (a KV head x a block of queries), matmul_add
 // O tiles, rms_gate_up_rows tiles, matmul_add down tiles; rms_lm_head_rows blocks. A tile is a row block x a token
-// block (gemm_tiling); each weight row is read once per token block. The host writes the tokens (into every rank's region) and samples from the last token's logits
-// (no sample op). With tensor parallelism every rank runs these over its share of the model, as in the decode
-// graph (graph.cpp): the projections' (T, d_model) partial results go to every peer and reduce_add sums them in
-// rank order; the LM-head slices go to rank 0, whose logits the host reads.
+// block (gemm_tiling); each weight row is read once per token block. The host writes the tokens (into every rank's
+// region) and samples from the last token's logits (no sample op). With tensor parallelism every rank runs these
+// over its share of the model, as in the decode graph (graph.cpp): the projections' (T, d_model) partial results
+// go to every peer and reduce_add sums them in rank order; the LM-head slices go to rank 0, whose logits the host
+// reads.
 #include <algorithm>
 
 #include "instructions/all_ops.hpp"

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 
+#include <unistd.h>
+
 #include <fmt/ranges.h>
 
 #include "models/error.hpp"
@@ -208,8 +210,10 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 void GgufWriter::write(const std::filesystem::path& path) const {
     size_t align = alignment();
     std::vector<uint8_t> header = header_bytes();
+    // A sibling named by the process, renamed over the file: a reader never sees half a file, and two processes
+    // writing the same file at once (tests in parallel) each rename a whole one.
     std::filesystem::path tmp = path;
-    tmp += ".tmp";
+    tmp += fmt::format(".tmp.{}", getpid());
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) fail("{}: cannot create: {}", tmp.string(), std::strerror(errno));

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "models/error.hpp"
@@ -300,8 +302,9 @@ Schedule parse_schedule(const uint8_t* bytes, size_t size, const std::string& na
 
 void save_schedule(const Schedule& schedule, const std::string& path) {
     const std::vector<uint8_t> bytes = serialize_schedule(schedule);
-    // Write a sibling then rename, so a reader never sees half a file.
-    const std::string tmp = path + ".tmp";
+    // Write a sibling (named by the process: two writers of one file each rename a whole one) then rename, so a
+    // reader never sees half a file.
+    const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
         if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));

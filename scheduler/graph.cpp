@@ -8,7 +8,7 @@
 
 #include "instructions/all_ops.hpp"
 #include "models/error.hpp"
-#include "scheduler/tensor_parallel.hpp"
+#include "scheduler/graph_builder.hpp"
 
 namespace mk {
 
@@ -65,15 +65,10 @@ struct RankBuffers {
     std::vector<uint32_t> recv_o, recv_down;  // by layer: (tp, d_model) fp32 partial results, tp > 1 only
 };
 
-class GraphBuilder {
+class GraphBuilder : GraphBuilderBase {
 public:
     GraphBuilder(const ModelDims& model, const std::vector<WeightFormat>& weights, const Target& target, uint32_t tp)
-        : target_(target), tp_(tp), model_(model) {
-        graph_.dims = tp_rank_dims(model, tp);
-        graph_.tp_size = tp;
-        graph_.weights = weights;
-        plan_inputs_ = {graph_.weights.data(), target.page_bytes, target.n_pages};
-    }
+        : GraphBuilderBase(model, weights, target, tp) {}
 
     Graph build();
 
@@ -83,42 +78,12 @@ private:
     }
     void layout_buffers();
 
-    uint32_t group(const std::string& name) {
-        graph_.groups.push_back({name, 0});
-        return uint32_t(graph_.groups.size() - 1);
-    }
-    // Rank k's group name: plain without tensor parallelism.
-    std::string name(uint32_t rank, const std::string& what) const {
-        return tp_ == 1 ? what : fmt::format("r{}.{}", rank, what);
-    }
-
-    // The opcode comes from Op and the arguments must be Op::Args: add<MatvecAddOp>(k, RmsGateUpArgs{...}) does not compile.
-    template <typename Op>
-    void add(uint32_t rank, const typename Op::Args& args, uint32_t group, std::vector<GroupDep> deps) {
-        GraphNode node;
-        node.ins = make_instruction<Op>(args);
-        node.ins.seq = uint32_t(graph_.nodes.size());
-        PagePlan plan = Op::page_plan(node.ins, plan_inputs_);
-        node.ins.n_pages = uint8_t(plan.n_pages);
-        node.cost = Op::cost(node.ins, graph_.dims, graph_.weights.data());
-        node.group = group;
-        node.rank = rank;
-        node.deps = std::move(deps);
-        graph_.groups[group].n_members++;
-        graph_.nodes.push_back(std::move(node));
-    }
-
     // x += W . in over d_model rows on every rank (W: wo or w_down, split by columns across ranks).
     // Returns each rank's group that completes the update.
     std::vector<uint32_t> projection(uint32_t layer, const char* what, LayerWeight w, uint32_t cols,
                                      uint32_t RankBuffers::*in, std::vector<uint32_t> RankBuffers::*recv,
                                      const std::vector<uint32_t>& ready);
 
-    const Target& target_;
-    const uint32_t tp_;
-    const ModelDims model_;
-    Graph graph_;
-    PlanInputs plan_inputs_;
     std::vector<RankBuffers> ranks_;
 };
 

@@ -10,8 +10,7 @@
 
 #include "instructions/all_ops.hpp"
 #include "models/error.hpp"
-#include "scheduler/graph.hpp"
-#include "scheduler/tensor_parallel.hpp"
+#include "scheduler/graph_builder.hpp"
 
 namespace mk {
 
@@ -80,17 +79,13 @@ struct PrefillBuffers {
     std::vector<uint32_t> recv_o, recv_down;  // by layer: (tp, T, d_model) fp32 partial results, tp > 1 only
 };
 
-class PrefillBuilder {
+class PrefillBuilder : GraphBuilderBase {
 public:
     PrefillBuilder(const ModelDims& model, const std::vector<WeightFormat>& weights, const Target& target,
                    uint32_t n_tok, bool all_logits, uint32_t tp)
-        : target_(target), n_tok_(n_tok), all_logits_(all_logits), tp_(tp), model_(model) {
-        graph_.dims = tp_rank_dims(model, tp);
-        graph_.tp_size = tp;
-        graph_.weights = weights;
+        : GraphBuilderBase(model, weights, target, tp), n_tok_(n_tok), all_logits_(all_logits) {
         graph_.prefill_tokens = n_tok;
         graph_.all_logits = all_logits ? 1 : 0;
-        plan_inputs_ = {graph_.weights.data(), target.page_bytes, target.n_pages};
     }
 
     Graph build();
@@ -102,40 +97,14 @@ private:
         return uint32_t(offset);
     }
     void layout_buffers();
-    uint32_t group(const std::string& name) {
-        graph_.groups.push_back({name, 0});
-        return uint32_t(graph_.groups.size() - 1);
-    }
-    // Rank k's group name: plain without tensor parallelism.
-    std::string name(uint32_t rank, const std::string& what) const {
-        return tp_ == 1 ? what : fmt::format("r{}.{}", rank, what);
-    }
-    template <typename Op>
-    void add(uint32_t rank, const typename Op::Args& args, uint32_t group, std::vector<GroupDep> deps) {
-        GraphNode node;
-        node.ins = make_instruction<Op>(args);
-        node.ins.seq = uint32_t(graph_.nodes.size());
-        node.ins.n_pages = uint8_t(Op::page_plan(node.ins, plan_inputs_).n_pages);
-        node.cost = Op::cost(node.ins, graph_.dims, graph_.weights.data());
-        node.group = group;
-        node.rank = rank;
-        node.deps = std::move(deps);
-        graph_.groups[group].n_members++;
-        graph_.nodes.push_back(std::move(node));
-    }
     // x[j] += W . in[j] for the chunk on every rank, in row blocks (W: wo or w_down, split by columns across
     // ranks); returns each rank's group that completes the update.
     std::vector<uint32_t> projection(uint32_t layer, const char* what, LayerWeight w, uint32_t cols,
                                      uint32_t PrefillBuffers::*in, std::vector<uint32_t> PrefillBuffers::*recv,
                                      const std::vector<uint32_t>& ready);
 
-    const Target& target_;
     const uint32_t n_tok_;
     const bool all_logits_;
-    const uint32_t tp_;
-    const ModelDims model_;
-    Graph graph_;
-    PlanInputs plan_inputs_;
     std::vector<PrefillBuffers> ranks_;
 };
 

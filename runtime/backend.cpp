@@ -127,20 +127,20 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
     // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats, ranks
     // and KV type (the CUDA backends' ranks on one GPU, --tp-loopback, too; on separate GPUs prompts still run token
     // by token).
+    auto compile_prefill = [&](uint32_t chunk) {
+        return compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy), chunk,
+                                        o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
+    };
     std::optional<Schedule> prefill;
     if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
     if (o.batch > 1 && (schedule.tp_size == 1 || !is_cuda_backend(backend) || o.tp_loopback))
-        prefill = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
-                                           o.batch, o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
+        prefill = compile_prefill(o.batch);
     if (is_cuda_backend(backend)) {
         check_device_code(schedule, backend);
         // A chunk past what the device's scratch holds (device_prefill_limit) runs as the largest that fits (with a
         // bf16 KV cache that can be far below -b's default).
         if (const uint32_t fits = prefill ? device_prefill_limit(*prefill) : 0; prefill && prefill->prefill_tokens > fits)
-            prefill = fits > 1 ? std::optional(compile_prefill_schedule(model.config, schedule.weights, schedule.target,
-                                                                        parse_policy(o.policy), fits, o.all_logits,
-                                                                        KvType(schedule.dims.kv_type), schedule.tp_size))
-                               : std::nullopt;
+            prefill = fits > 1 ? std::optional(compile_prefill(fits)) : std::nullopt;
         if (prefill) check_device_code(*prefill, backend);
     }
     if (is_emulated(backend)) {

@@ -46,6 +46,22 @@ uint64_t available_memory_bytes(std::string& source) {
     return 0;
 }
 
+// A schedule's activation arena as one allocation per tensor-parallel rank (one region without TP), as separate
+// GPUs would hold it, each base biased by its region's start so the schedule's offsets index it
+// (ProgramMemory::rank_arenas). allocate() throws std::bad_alloc.
+struct RankArenas {
+    std::vector<std::vector<float>> arenas;  // float-aligned
+    std::vector<uint8_t*> bases;
+    void allocate(const Schedule& s) {
+        const uint64_t region = s.tp_size > 1 ? s.rank_arena_bytes : s.arena_bytes;
+        arenas.resize(s.tp_size);
+        for (uint32_t r = 0; r < s.tp_size; ++r) {
+            arenas[r].assign(region / 4 + 1, 0.0f);
+            bases.push_back(rank_biased(reinterpret_cast<uint8_t*>(arenas[r].data()), r * region));
+        }
+    }
+};
+
 class CpuProgram final : public Program {
 public:
     CpuProgram(const Model& model, Schedule schedule, const ProgramOptions& options, std::optional<Schedule> prefill)
@@ -68,21 +84,15 @@ public:
                  model.path.string(), ctx_len_, kv_bytes, needed, arena_bytes, model.total_weight_bytes, available,
                  source);
         try {
-            // Rank k's region of the combined arena is its own allocation (one region without TP).
-            const uint64_t region = schedule.tp_size > 1 ? schedule.rank_arena_bytes : schedule.arena_bytes;
-            rank_arenas_.resize(schedule.tp_size);
-            for (uint32_t r = 0; r < schedule.tp_size; ++r) {
-                rank_arenas_[r].assign(region / 4 + 1, 0.0f);
-                rank_bases_.push_back(rank_biased(reinterpret_cast<uint8_t*>(rank_arenas_[r].data()), r * region));
-            }
+            arenas_.allocate(schedule);
             k_cache_.assign((cache_bytes + 3) / 4, 0.0f);
             v_cache_.assign((cache_bytes + 3) / 4, 0.0f);
         } catch (const std::bad_alloc&) {
             fail("{}: cannot allocate the KV cache: {} bytes for context {}", model.path.string(), kv_bytes, ctx_len_);
         }
         ProgramMemory memory;
-        memory.arena = rank_bases_[0];
-        memory.rank_arenas = rank_bases_.data();
+        memory.arena = arenas_.bases[0];
+        memory.rank_arenas = arenas_.bases.data();
         memory.weights = weights_.refs.data();
         memory.k_cache = k_cache_.data();
         memory.v_cache = v_cache_.data();
@@ -126,7 +136,7 @@ public:
             return {prefill_logits_base() + row * p.dims.vocab, p.dims.vocab};
         }
         const Schedule& s = interpreter_->schedule();
-        return {reinterpret_cast<const float*>(rank_bases_[0] + s.logits_off), s.dims.vocab};  // rank 0's
+        return {reinterpret_cast<const float*>(arenas_.bases[0] + s.logits_off), s.dims.vocab};  // rank 0's
     }
     uint32_t prefill_tokens() const override { return prefill_ ? prefill_->schedule().prefill_tokens : 0; }
     bool prefill_all_logits() const override { return prefill_ && prefill_->schedule().all_logits; }
@@ -139,7 +149,7 @@ public:
             fail("positions {}..{} are outside the context of {} tokens", pos, pos + int64_t(tokens.size()) - 1, ctx_len_);
         if (uint32_t(pos) != next_pos_) fail("position {} does not follow the previous step (expected {})", pos, next_pos_);
         for (uint32_t r = 0; r < p.tp_size; ++r)  // every rank embeds the chunk
-            std::memcpy(prefill_bases_[r] + p.tokens_off + uint64_t(r) * p.rank_arena_bytes, tokens.data(),
+            std::memcpy(prefill_arenas_.bases[r] + p.tokens_off + uint64_t(r) * p.rank_arena_bytes, tokens.data(),
                         4 * tokens.size());
         StepState state;
         state.pos = pos;
@@ -214,25 +224,20 @@ private:
         for (size_t id = 0; id < s.weights.size(); ++id)
             if (prefill.weights[id].dtype != s.weights[id].dtype || prefill.weights[id].row_bytes != s.weights[id].row_bytes)
                 fail("the prefill schedule expects weight {} in another format", id);
-        const uint64_t region = prefill.tp_size > 1 ? prefill.rank_arena_bytes : prefill.arena_bytes;
         try {
-            prefill_arenas_.resize(prefill.tp_size);
-            for (uint32_t r = 0; r < prefill.tp_size; ++r) {
-                prefill_arenas_[r].assign(region / 4 + 1, 0.0f);
-                prefill_bases_.push_back(rank_biased(reinterpret_cast<uint8_t*>(prefill_arenas_[r].data()), r * region));
-            }
+            prefill_arenas_.allocate(prefill);
         } catch (const std::bad_alloc&) {
             fail("cannot allocate the prefill arena of {} bytes", prefill.arena_bytes);
         }
         ProgramMemory memory = decode_memory;
-        memory.arena = prefill_bases_[0];
-        memory.rank_arenas = prefill_bases_.data();
+        memory.arena = prefill_arenas_.bases[0];
+        memory.rank_arenas = prefill_arenas_.bases.data();
         io.detect_races = false;
         prefill_ = std::make_unique<Interpreter>(std::move(prefill), memory, io);
     }
     // Rank 0's prefill logits (the peers send it their vocabulary slices).
     const float* prefill_logits_base() const {
-        return reinterpret_cast<const float*>(prefill_bases_[0] + prefill_->schedule().logits_off);
+        return reinterpret_cast<const float*>(prefill_arenas_.bases[0] + prefill_->schedule().logits_off);
     }
     void copy_kv(uint32_t n_past, size_t k_floats, size_t v_floats) const {
         const uint64_t want = kv_floats(interpreter_->schedule(), n_past);
@@ -249,16 +254,14 @@ private:
     }
 
     ModelWeights weights_;
-    std::vector<std::vector<float>> rank_arenas_;  // the activation arena of each rank, float-aligned
-    std::vector<uint8_t*> rank_bases_;             // ProgramMemory::rank_arenas
+    RankArenas arenas_;  // the decode step's activation arena of each rank
     std::vector<float> k_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type (float-aligned storage)
     std::vector<float> v_cache_;  // (n_layers, n_kv_heads, ctx_len, head_dim) in dims.kv_type (float-aligned storage)
     uint32_t ctx_len_ = 0;
     uint32_t epoch_ = 0;
     uint32_t next_pos_ = 0;
     std::unique_ptr<Interpreter> interpreter_;
-    std::vector<std::vector<float>> prefill_arenas_;  // the prefill schedule's activation arena of each rank
-    std::vector<uint8_t*> prefill_bases_;              // their ProgramMemory::rank_arenas
+    RankArenas prefill_arenas_;  // the prefill schedule's activation arena of each rank
     std::unique_ptr<Interpreter> prefill_;  // null without a prefill schedule
     uint32_t prefill_epoch_ = 0;
     uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0

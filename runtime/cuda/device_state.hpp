@@ -131,8 +131,9 @@ private:
 std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
                                                   const RankPlacement& placement = {});
 // A prefill schedule (compile_prefill_schedule, same model, target and weight formats) over `decode`'s uploaded
-// weights and KV caches: only its layout, activation arena and counters are uploaded. Tensor parallel: not yet
-// (mk::Error). `decode` must outlive it.
+// weights and KV caches: only its layout, activation arenas and counters are uploaded (one set, or one per rank
+// as `decode` has them). Tensor parallel with every rank on this GPU; one rank of several GPUs (RankLayout::one_rank)
+// is refused (mk::Error). `decode` must outlive it.
 std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode);
 
 MK_CUDA_BACKEND_END

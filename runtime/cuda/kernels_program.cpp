@@ -110,8 +110,7 @@ public:
     }
 
     int32_t step(int32_t token, int32_t pos, const SamplingParams& params, std::span<const int32_t> history) override {
-        if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
-                          "process exits", device_);
+        check_usable();
         state_->check_step(token, pos, next_pos_);
         last_prefill_ = 0;
         enqueue(decode_, *state_, pos, token, 1);
@@ -130,8 +129,7 @@ public:
     // A chunk: the prefill step's stages (or their graph) over the same weights and KV cache.
     void prefill(std::span<const int32_t> tokens, int32_t pos) override {
         if (!prefill_) Program::prefill(tokens, pos);
-        if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
-                          "process exits", device_);
+        check_usable();
         prefill_->post_chunk(tokens, pos, next_pos_);
         last_prefill_ = 0;
         enqueue(prefill_stages_, *prefill_, pos, 0, int32_t(tokens.size()));
@@ -162,6 +160,10 @@ private:
     // The kernels cannot be aborted (no counters, no watchdog): a step past the bound is reported and the
     // program is lost, never waited for without end.
     uint64_t limit_ns() const { return (4ull * options_.watchdog_ms + 10000) * 1000000ull; }
+    void check_usable() const {
+        if (wedged_) fail("CUDA: an earlier step's kernels on GPU {} never ended; the device is unusable until this "
+                          "process exits", device_);
+    }
     void wait_step() {
         std::string error;
         const StreamRef s{device_, stream_};

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """The PyTorch baseline for `mk bench`: HF transformers' LlamaForCausalLM in the shape of mk's synthetic
-llama-3.2-1b (models/synthetic.cpp), random bf16 weights made on the GPU, batch-1 greedy decode.
+llama-3.2-1b (models/synthetic.cpp), random bf16 weights made on the GPU, batch-1 greedy decode and prefill.
 
   eager      model.forward per token with a DynamicCache (what plain HF generation does)
   compiled   torch.compile(mode="reduce-overhead") of the one-token step over a StaticCache (CUDA graphs)
+  prefill    eager: one model.forward over a P-token prompt into an empty DynamicCache, the last position's
+             logits and argmax (what plain HF generation does with a prompt; mk bench's ppP)
   copy       device-to-device copy bandwidth (bytes read + written), the ceiling for the others
 
 For each context C (a C-token prompt, prefilled once) it times N decode tokens with CUDA events after a
 warm-up and prints one JSON line per (mode, ctx): {mode, ctx, ms_per_token, tokens_per_s, weight_bytes, ...}.
 weight_bytes is what one decode step must read: every weight once (the tied embedding is the LM head).
+prefill prints one line per prompt length P (--pp): {mode: "prefill", test: "ppP", ctx: P, ms (the whole
+prompt, mean of --reps), samples_ms, ms_per_token (ms / P), tokens_per_s, weight_bytes, ...}.
 Needs only torch, transformers and numpy. --dry-run prints the config and needs none of them.
 """
 import argparse
@@ -134,6 +138,31 @@ def run_mode(torch, transformers, model, config, mode, ctx, n_tokens, n_warmup, 
         return time_decode(torch, step, first, ctx, n_tokens, n_warmup)
 
 
+def time_prefill(torch, transformers, model, config, n_prompt, reps, n_warmup, device):
+    """ms of one forward over an n_prompt-token prompt into an empty cache, each of reps timed with CUDA events
+    after n_warmup untimed ones (the first call picks cuBLAS and SDPA kernels for the shape)."""
+    prompt = torch.randint(0, config.vocab_size, (1, n_prompt), device=device)
+
+    def forward():
+        cache = transformers.DynamicCache()
+        out = model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1:].argmax(-1)
+
+    with torch.inference_mode():
+        for _ in range(n_warmup):
+            forward()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            forward()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+    return samples
+
+
 def copy_bandwidth(torch, device, gib=1.0, reps=10):
     """GB/s of a device-to-device copy, counting the bytes read and the bytes written."""
     n = int(gib * (1 << 30))
@@ -156,25 +185,51 @@ def copy_bandwidth(torch, device, gib=1.0, reps=10):
             "device": torch.cuda.get_device_name(device)}
 
 
+def run_prefill(torch, transformers, model, config, prompts, reps, device, n_bytes):
+    """One JSON line per prompt length; an error is a line of its own and exit status 1."""
+    status = 0
+    for n_prompt in prompts:
+        t0 = time.time()
+        record = {"source": "torch", "mode": "prefill", "test": f"pp{n_prompt}", "ctx": n_prompt}
+        try:
+            samples = time_prefill(torch, transformers, model, config, n_prompt, reps, 2, device)
+        except Exception as e:  # report and go on with the other lengths
+            print(json.dumps(dict(record, error=f"{type(e).__name__}: {e}"[:500])), flush=True)
+            status = 1
+            continue
+        ms = sum(samples) / len(samples)
+        print(json.dumps(dict(record, ms=ms, samples_ms=[round(t, 4) for t in samples], ms_per_token=ms / n_prompt,
+                              tokens_per_s=n_prompt * 1e3 / ms, weight_bytes=n_bytes, n_tokens=n_prompt, reps=reps,
+                              wall_s=round(time.time() - t0, 1))), flush=True)
+    return status
+
+
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch/transformers decode baseline for mk's synthetic Llama-3.2-1B")
-    ap.add_argument("--modes", default="eager,compiled", help="comma list of eager, compiled, copy")
+    ap = argparse.ArgumentParser(description="PyTorch/transformers decode and prefill baseline for mk's synthetic "
+                                             "Llama-3.2-1B")
+    ap.add_argument("--modes", default="eager,compiled", help="comma list of eager, compiled, prefill, copy")
     ap.add_argument("--ctx", default="128,2048", help="comma list of prompt lengths (prefilled, then decode)")
     ap.add_argument("-n", "--n-tokens", type=int, default=64, help="timed decode tokens per (mode, ctx)")
     ap.add_argument("--warmup", type=int, default=8, help="untimed decode tokens before timing")
+    ap.add_argument("--pp", default="512", help="prefill mode: comma list of prompt lengths, each one forward")
+    ap.add_argument("--reps", type=int, default=5, help="prefill mode: timed forwards per prompt length")
     ap.add_argument("--copy-gib", type=float, default=1.0, help="copy mode: GiB per copy")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dry-run", action="store_true", help="print the config and the plan; import nothing")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
     contexts = [int(c) for c in a.ctx.split(",") if c]
+    prompts = [int(p) for p in a.pp.split(",") if p]
     for m in modes:
-        if m not in ("eager", "compiled", "copy"):
+        if m not in ("eager", "compiled", "prefill", "copy"):
             ap.error(f"unknown mode '{m}'")
+    if "prefill" in modes and (not prompts or min(prompts) < 1 or a.reps < 1):
+        ap.error("prefill needs --pp lengths of at least 1 token and --reps of at least 1")
 
     if a.dry_run:
         print(json.dumps({"config": LLAMA_3_2_1B, "weight_bytes": weight_bytes_of_shape(LLAMA_3_2_1B),
-                          "modes": modes, "ctx": contexts, "n_tokens": a.n_tokens, "warmup": a.warmup}))
+                          "modes": modes, "ctx": contexts, "n_tokens": a.n_tokens, "warmup": a.warmup,
+                          "pp": prompts, "reps": a.reps}))
         return 0
 
     import torch
@@ -207,6 +262,9 @@ def main():
 
     status = 0
     for mode in modes:
+        if mode == "prefill":
+            status |= run_prefill(torch, transformers, model, config, prompts, a.reps, device, n_bytes)
+            continue
         for ctx in contexts:
             t0 = time.time()
             try:

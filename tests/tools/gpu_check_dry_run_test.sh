@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools.gpu_check_dry_run: `tools/gpu-check.sh --dry-run --bin BUILD` passes its checks and prints what a
-# GPU run needs decided in advance: every stage's commands (compute-sanitizer's three tools among them),
-# the early-stop rule, the limits table with its sum within 7 min 15 s, and where results.md goes with
-# the results table's header.
+# GPU run needs decided in advance: every stage's commands (compute-sanitizer's three tools among them, and
+# the bench stage's pp512 rows: the megakernel, kernels, graphs and torch eager prefill), the early-stop rule,
+# the limits table with its sum within 7 min 15 s, and where results.md goes with the results table's header.
 #   gpu_check_dry_run_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
@@ -19,6 +19,14 @@ expect() {  # PATTERN WHAT
 for tool in memcheck synccheck racecheck; do
   expect "would run .*compute-sanitizer --tool $tool .*\[cuda\]\[sanitize\]" "the $tool command line"
 done
+# pp512 on the megakernel runs twice, in forward and in bench; on the kernel-per-op backends in bench only.
+for flags in "cuda" "cuda-kernels" "cuda-kernels --graph"; do
+  n=$(grep -cE -- "would run .*mk bench -m synthetic:llama-3\.2-1b:bf16 -p 512 -n 0 -r 1 -o json --backend $flags -b 512\$" "$log")
+  want=1
+  [[ $flags == cuda ]] && want=2
+  ((n == want)) || { echo "gpu_check_dry_run_test: $n pp512 rows on --backend $flags, want $want"; fail=1; }
+done
+expect "would run .*torch_baseline\.py --modes eager,prefill .*--pp 512" "the torch eager prefill row"
 expect '^on failure: stop \(smoke\) / skip bench \(correctness stages\)$' "the early-stop line"
 for stage in rebuild smoke calibrate sanitize ops forward resident tp bench compiled; do
   expect "^  $stage +[0-9]+  " "the limits table's $stage row"

@@ -125,16 +125,17 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         fail("--backend {}: the schedule is a prefill step (chunks of {} tokens); the CUDA backends step a decode "
              "schedule and compile the prefill step beside it (-b/--batch)", backend, schedule.prefill_tokens);
     // Prompts run in chunks of `batch` tokens through a prefill schedule for the same target, weight formats, ranks
-    // and KV type (the CUDA backends' ranks on one GPU, --tp-loopback, too; on separate GPUs prompts still run token
-    // by token).
+    // and KV type (the CUDA backends' ranks too, on one GPU with --tp-loopback or one rank per GPU).
     auto compile_prefill = [&](uint32_t chunk) {
         return compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy), chunk,
                                         o.all_logits, KvType(schedule.dims.kv_type), schedule.tp_size);
     };
+    if (schedule.tp_size > 1 && !o.tp_loopback && (backend == "cuda-kernels" || backend == "cuda-kernels-emu"))
+        fail("--tp {} --backend {}: the kernel-per-op baseline runs tensor parallel only on one GPU; use --tp-loopback {}",
+             schedule.tp_size, backend, schedule.tp_size);
     std::optional<Schedule> prefill;
     if (o.batch == 0) fail("--batch 0: a prompt chunk holds at least 1 token");
-    if (o.batch > 1 && (schedule.tp_size == 1 || !is_cuda_backend(backend) || o.tp_loopback))
-        prefill = compile_prefill(o.batch);
+    if (o.batch > 1) prefill = compile_prefill(o.batch);
     if (is_cuda_backend(backend)) {
         check_device_code(schedule, backend);
         // A chunk past what the device's scratch holds (device_prefill_limit) runs as the largest that fits (with a
@@ -144,9 +145,6 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         if (prefill) check_device_code(*prefill, backend);
     }
     if (is_emulated(backend)) {
-        if (schedule.tp_size > 1 && backend == "cuda-kernels-emu" && !o.tp_loopback)
-            fail("--tp {} --backend cuda-kernels-emu: the kernel-per-op baseline runs tensor parallel only on one GPU; "
-                 "use --tp-loopback {}", schedule.tp_size, schedule.tp_size);
         CudaEmuOptions eo;
         eo.ctx_len = o.ctx_len;
         eo.stepwise = o.stepwise;
@@ -157,9 +155,6 @@ std::unique_ptr<Program> make_program(const Model& model, Schedule schedule, con
         eo.trace_file = o.trace_file;
         return make_cuda_emu_program(model, std::move(schedule), eo, std::move(prefill));
     }
-    if (schedule.tp_size > 1 && backend == "cuda-kernels" && !o.tp_loopback)
-        fail("--tp {} --backend cuda-kernels: the kernel-per-op baseline runs tensor parallel only on one GPU; "
-             "use --tp-loopback {}", schedule.tp_size, schedule.tp_size);
 #if MK_HAVE_CUDA
     if (backend == "cuda") {
         CudaProgramOptions co;

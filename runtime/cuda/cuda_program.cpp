@@ -1,7 +1,7 @@
 // The megakernel Program (see cuda_program.hpp): uploads the program state and launches the resident
 // interpreter once (or once per step); KernelHost posts its commands and bounds every wait on it, so a
 // stuck or dead kernel becomes an error, never a hang. With --tp on separate GPUs: one kernel per GPU,
-// each running one rank, treated as one.
+// each running one rank, treated as one (a prefill chunk too: a launch on every GPU).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,6 +51,7 @@ struct Gpu {
     int device = 0;
     uint32_t first_rank = 0;
     std::unique_ptr<DeviceState> state;
+    std::unique_ptr<DeviceState> prefill;  // the prefill step over `state`'s weights and caches, or null
     std::unique_ptr<PinnedMailbox> mailbox;
     DeviceBuffer control, trace;
     cudaStream_t stream = nullptr;
@@ -61,6 +62,7 @@ struct Gpu {
     Gpu& operator=(const Gpu&) = delete;
     ~Gpu() {  // its memory is freed on its own device
         cudaSetDevice(device);
+        prefill.reset();  // points into `state`
         state.reset();
         trace = DeviceBuffer();
         control = DeviceBuffer();
@@ -99,14 +101,13 @@ public:
                       const CudaProgramOptions& options)
         : options_(options), host_(cuda_device_api(), host_options(model, schedule, options)) {
         if (options.separate_gpus && schedule.tp_size > 1) {
-            if (prefill) fail("--tp {} on separate GPUs runs prompts token by token (prefill: one GPU)", schedule.tp_size);
-            open_separate_gpus(model, schedule);
+            open_separate_gpus(model, schedule, prefill);
         } else {
             auto gpu = std::make_unique<Gpu>();
             check_cuda(cudaGetDevice(&gpu->device), "cudaGetDevice");
             gpu->state = upload_program_state(model, std::move(schedule), options.ctx_len, {RankLayout::separate});
             prepare(*gpu);
-            if (prefill) prefill_ = upload_prefill_state(model, std::move(*prefill), *gpu->state);
+            if (prefill) gpu->prefill = upload_prefill_state(model, std::move(*prefill), *gpu->state);
             gpus_.push_back(std::move(gpu));
         }
         for (auto& gpu : gpus_)
@@ -167,7 +168,7 @@ public:
         // first step, which samples the first new token.
         const uint64_t t0 = host_.now_ns();
         uint32_t prefilled = 0;
-        if (prefill_)
+        if (has_prefill())
             for (const uint32_t chunk = prefill_tokens(); prefilled + 1 < prompt.size();) {
                 if (cancel && cancel->load()) {
                     DeviceLoopResult r;
@@ -190,35 +191,38 @@ public:
         return r;
     }
 
-    uint32_t prefill_tokens() const override { return prefill_ ? prefill_->schedule.prefill_tokens : 0; }
-    bool prefill_all_logits() const override { return prefill_ && prefill_->schedule.all_logits; }
+    uint32_t prefill_tokens() const override { return has_prefill() ? gpus_[0]->prefill->schedule.prefill_tokens : 0; }
+    bool prefill_all_logits() const override { return has_prefill() && gpus_[0]->prefill->schedule.all_logits; }
 
-    // A chunk is a launch of its own of the interpreter over the prefill step (one step, no command loop): the
-    // resident kernel holds every SM, so it is ended first and relaunched before the next decode step.
+    // A chunk is a launch of its own of the interpreter over the prefill step (one step, no command loop; on
+    // separate GPUs one launch per GPU, whose ranks exchange their rows as in a decode step): the resident kernel
+    // holds every SM, so it is ended first and relaunched before the next decode step.
     void prefill(std::span<const int32_t> tokens, int32_t pos) override {
-        if (!prefill_) Program::prefill(tokens, pos);
-        prefill_->post_chunk(tokens, pos, host_.next_pos());
+        if (!has_prefill()) Program::prefill(tokens, pos);
+        for (auto& gpu : gpus_) {
+            check_cuda(cudaSetDevice(gpu->device), "cudaSetDevice");
+            gpu->prefill->post_chunk(tokens, pos, host_.next_pos());
+        }
         if (host_.broken()) recover();
         end_resident();
         last_prefill_ = 0;
-        Gpu& gpu = *gpus_[0];
         Command c = host_.command(1, tokens.first(1));  // the token is unused: the chunk's are in the arena
         c.epoch0 = prefill_epoch_;
-        launch(gpu, &c, prefill_.get(), uint32_t(tokens.size()));
+        for (auto& gpu : gpus_) launch(*gpu, &c, gpu->prefill.get(), uint32_t(tokens.size()));
         host_.run_launched(uint32_t(tokens.size()));
         ++prefill_epoch_;
-        prefill_->new_step();
+        for (auto& gpu : gpus_) gpu->prefill->new_step();
         last_prefill_ = uint32_t(tokens.size());
     }
     std::span<const float> prefill_logits() const override {
         if (!prefill_all_logits() || last_prefill_ == 0) return Program::prefill_logits();
         check_cuda(cudaSetDevice(gpus_[0]->device), "cudaSetDevice");
-        return prefill_->chunk_logits(last_prefill_, true);
+        return gpus_[0]->prefill->chunk_logits(last_prefill_, true);
     }
 
     std::span<const float> logits() const override {
         check_cuda(cudaSetDevice(gpus_[0]->device), "cudaSetDevice");  // rank 0's arena holds them
-        if (last_prefill_) return prefill_->chunk_logits(last_prefill_, false);
+        if (last_prefill_) return gpus_[0]->prefill->chunk_logits(last_prefill_, false);
         return gpus_[0]->state->host_logits();
     }
     void reset() override { host_.reset_position(); }
@@ -231,14 +235,17 @@ private:
     // A kernel that ignored the abort may still use this memory, and freeing it would wait for that kernel:
     // it is leaked instead (the device is unusable until the process exits anyway).
     void leak() {
-        (void)prefill_.release();
         for (auto& gpu : gpus_) (void)gpu.release();
         (void)exchange_.release();
+        (void)prefill_exchange_.release();
     }
 
+    bool has_prefill() const { return gpus_[0]->prefill != nullptr; }
+
     // Tensor parallel on separate GPUs: rank r on device r, each uploaded by a host thread of its own, with
-    // its peers' exchange memory in its rank table.
-    void open_separate_gpus(const Model& model, const Schedule& schedule) {
+    // its peers' exchange memory in its rank table; the prefill step's (its arena holds T rows) in an exchange of
+    // its own, since a prefill launch and the decode steps never run at once but each keeps its state.
+    void open_separate_gpus(const Model& model, const Schedule& schedule, const std::optional<Schedule>& prefill) {
         const uint32_t tp = schedule.tp_size;
         int count = 0;
         if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
@@ -248,6 +255,9 @@ private:
         std::vector<int> devices(tp);
         for (uint32_t r = 0; r < tp; ++r) devices[r] = int(r);
         exchange_ = PeerExchange::open(devices, exchange_arena_bytes(schedule), exchange_counter_bytes(schedule));
+        if (prefill)
+            prefill_exchange_ =
+                PeerExchange::open(devices, exchange_arena_bytes(*prefill), exchange_counter_bytes(*prefill));
         gpus_.resize(tp);
         std::vector<std::exception_ptr> errors(tp);
         std::vector<std::thread> threads;
@@ -265,6 +275,14 @@ private:
                         if (peer != r)
                             gpu->state->set_peer(peer, exchange_->region(r, peer).arena, exchange_->region(r, peer).counters);
                     prepare(*gpu);
+                    if (prefill) {
+                        const ExchangeRegion& mine = prefill_exchange_->region(r, r);
+                        gpu->prefill = upload_prefill_state(model, *prefill, *gpu->state, mine.arena, mine.counters);
+                        for (uint32_t peer = 0; peer < tp; ++peer)
+                            if (peer != r)
+                                gpu->prefill->set_peer(peer, prefill_exchange_->region(r, peer).arena,
+                                                       prefill_exchange_->region(r, peer).counters);
+                    }
                     gpus_[r] = std::move(gpu);
                 } catch (...) {
                     errors[r] = std::current_exception();
@@ -390,8 +408,11 @@ private:
         host_.abort_and_wait();
         if (host_.wedged()) fail("CUDA: the kernel on GPU {} did not end after the abort; the device is unusable until "
                                  "this process exits", gpus_[0]->device);
-        if (prefill_) {  // a chunk that faulted left its counters mid-step
-            prefill_->reset_counters();
+        if (has_prefill()) {  // a chunk that faulted left its counters mid-step
+            for (auto& gpu : gpus_) {
+                check_cuda(cudaSetDevice(gpu->device), "cudaSetDevice");
+                gpu->prefill->reset_counters();
+            }
             prefill_epoch_ = 0;
         }
         restart_kernels();
@@ -413,9 +434,9 @@ private:
     CudaProgramOptions options_;
     KernelHost host_;  // the mailbox protocol and every bounded wait; holds the device claim longest
     std::unique_ptr<PeerExchange> exchange_;  // separate GPUs only; outlives the GPUs' states that point into it
+    std::unique_ptr<PeerExchange> prefill_exchange_;  // the same for the prefill steps (separate GPUs, with -b > 1)
     std::vector<std::unique_ptr<Gpu>> gpus_;  // the first runs rank 0
-    std::unique_ptr<DeviceState> prefill_;    // the prefill step over gpus_[0]'s weights and caches (freed first)
-    uint32_t prefill_epoch_ = 0;              // prefill steps run: its counters' epoch
+    uint32_t prefill_epoch_ = 0;              // prefill steps run: their counters' epoch
     uint32_t last_prefill_ = 0;  // tokens of the last call when it was a prefill (logits() reads its arena), else 0
 };
 

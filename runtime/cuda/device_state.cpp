@@ -84,8 +84,9 @@ void DeviceState::post_chunk(std::span<const int32_t> tokens, int32_t pos, uint3
     for (int32_t id : tokens)
         if (id < 0 || uint32_t(id) >= schedule.dims.vocab)
             fail("token id {} is outside the vocabulary ({})", id, schedule.dims.vocab);
-    // Every rank embeds the chunk: rank k's tokens sit in its region (its entry's base is biased by the region).
-    for (uint32_t k = 0; k < schedule.tp_size; ++k)
+    // Every rank embeds the chunk: rank k's tokens sit in its region (its entry's base is biased by the region). One
+    // rank of several GPUs writes its own; its peers' programs write theirs.
+    for (uint32_t k = first_rank(); k < first_rank() + n_ranks_here(); ++k)
         check_cuda(cudaMemcpy(rank_memory.at(k).arena + schedule.tokens_off + uint64_t(k) * schedule.rank_arena_bytes,
                               tokens.data(), 4 * tokens.size(), cudaMemcpyHostToDevice),
                    "writing the chunk's tokens");
@@ -150,16 +151,17 @@ void DeviceState::set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* count
     rank_table.upload(rank_memory.data(), rank_memory.size() * sizeof(RankMemory), "rank table");
 }
 
+uint32_t DeviceState::first_rank() const { return placement.layout == RankLayout::one_rank ? placement.rank : 0; }
+uint32_t DeviceState::n_ranks_here() const { return placement.layout == RankLayout::one_rank ? 1 : schedule.tp_size; }
+
 void DeviceState::reset_counters() const {
-    const uint32_t first = placement.layout == RankLayout::one_rank ? placement.rank : 0;
-    const uint32_t count = placement.layout == RankLayout::separate ? schedule.tp_size : 1;
-    for (uint32_t r = first; r < first + count; ++r)
+    const uint32_t count = placement.layout == RankLayout::separate ? schedule.tp_size : 1;  // shared: one array
+    for (uint32_t r = first_rank(); r < first_rank() + count; ++r)
         check_cuda(cudaMemset(rank_memory[r].counters, 0, exchange_counter_bytes(schedule)), "resetting the counters");
 }
 
 uint32_t DeviceState::posted_token_off() const {
-    const uint32_t first = placement.layout == RankLayout::one_rank ? placement.rank : 0;
-    return uint32_t(schedule.token_off + first * schedule.rank_arena_bytes);
+    return uint32_t(schedule.token_off + first_rank() * schedule.rank_arena_bytes);
 }
 
 namespace {
@@ -325,14 +327,13 @@ std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule s
     return state;
 }
 
-std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode) {
+std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode,
+                                                  uint8_t* exchange_arena, uint64_t* exchange_counters) {
     const Schedule& own = decode.schedule;
     if (prefill.prefill_tokens == 0) fail("the prefill schedule is a decode step (compile it with --prefill T)");
     if (prefill.tp_size != own.tp_size)
         fail("CUDA: the prefill schedule is for {} tensor-parallel rank(s), the decode step for {}", prefill.tp_size,
              own.tp_size);
-    if (own.tp_size > 1 && decode.placement.layout == RankLayout::one_rank)
-        fail("CUDA: --tp {} on separate GPUs runs prompts token by token (prefill: one GPU)", own.tp_size);
     if (prefill.config_hash != own.config_hash || prefill.weights.size() != own.weights.size() ||
         prefill.dims.kv_type != own.dims.kv_type)
         fail("CUDA: the prefill schedule was compiled for another model or KV cache type");
@@ -349,16 +350,30 @@ std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule p
     s.schedule = std::move(prefill);
     s.ctx_len = decode.ctx_len;
     s.weights_of = &decode;
-    (void)bind_and_prepare(model, s, nullptr);
+    s.placement = {decode.placement.layout, decode.placement.rank, exchange_arena, exchange_counters};
+    const bool one_rank = s.placement.layout == RankLayout::one_rank;
+    // One rank of several GPUs: its own streams, over the weights its decode step uploaded (the same layers and
+    // slices: the rank check keeps both steps' ranks to them).
+    const uint32_t n_sms = s.schedule.target.n_sms;
+    const uint32_t first_stream = one_rank ? s.placement.rank * n_sms : 0;
+    const uint32_t n_streams = one_rank ? n_sms : uint32_t(s.schedule.streams.size());
+    const std::vector<bool> used = one_rank ? weights_read_by(s.schedule, first_stream, n_streams) : std::vector<bool>{};
+    const ModelWeights bound = bind_and_prepare(model, s, one_rank ? &used : nullptr);
+    if (one_rank)
+        for (size_t id = 0; id < used.size(); ++id)
+            if (used[id] && bound.refs[id].data && decode.blob_index.offsets[id] == WeightBlob::kAbsent)
+                fail("CUDA: rank {}'s prefill step reads weight {}, which its decode step did not upload", s.placement.rank,
+                     id);
     // The tiles' offsets into the decode step's blob: the same weights, bound the same way, one upload.
-    s.layout = build_upload_layout(s.schedule, s.prepared, decode.blob_index);
+    s.layout = build_upload_layout(s.schedule, s.prepared, decode.blob_index, first_stream, n_streams);
 
     // As the decode step's memory (upload_program_state): one arena and counter array holding every rank
-    // (shared), or one per rank (separate, --tp-loopback), each rank's entry biased by its region; the rank's
-    // KV caches are the decode step's.
+    // (shared), one per rank (separate, --tp-loopback), or the rank's own (one_rank, in the exchange memory given),
+    // each rank's entry biased by its region; the rank's KV caches are the decode step's.
     const uint32_t tp = s.schedule.tp_size;
-    const uint32_t n_sets = decode.placement.layout == RankLayout::separate ? tp : 1;
-    const uint64_t arena_bytes = s.schedule.arena_bytes / n_sets, counter_bytes = exchange_counter_bytes(s.schedule);
+    const uint32_t n_sets = s.placement.layout == RankLayout::separate ? tp : 1;
+    const uint32_t set_ranks = s.placement.layout == RankLayout::shared ? 1 : tp;  // ranks whose memory splits
+    const uint64_t arena_bytes = s.schedule.arena_bytes / set_ranks, counter_bytes = exchange_counter_bytes(s.schedule);
     const uint64_t needed = n_sets * (arena_bytes + counter_bytes) + s.layout.instructions.size() * sizeof(Instruction) +
                             s.layout.tiles.size() * sizeof(DeviceTile);
     const DeviceInfo device = current_device();
@@ -366,19 +381,28 @@ std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule p
         fail("{}: prefill chunks of {} tokens need {} more bytes of device memory, but {} has {} free; use a smaller "
              "-b", model.path.string(), s.schedule.prefill_tokens, needed, device.name, device.free_bytes);
     for (uint32_t k = 0; k < n_sets; ++k) {
+        const uint32_t r = one_rank ? s.placement.rank : k;
         RankBuffers& b = s.ranks.emplace_back();
-        b.arena = DeviceBuffer(arena_bytes + 16, "prefill activation arena");
-        b.counters = DeviceBuffer(counter_bytes, "prefill counters");
-        const RankMemory& own_rank = decode.rank_memory.at(k);
-        s.rank_memory.push_back({rank_biased(b.arena.as<uint8_t>(), k * arena_bytes), own_rank.k_cache, own_rank.v_cache,
-                                 b.counters.as<uint64_t>()});
+        uint8_t* arena = one_rank ? exchange_arena : nullptr;
+        uint64_t* counters = one_rank ? exchange_counters : nullptr;
+        if (!arena) {
+            b.arena = DeviceBuffer(arena_bytes + 16, "prefill activation arena");
+            arena = b.arena.as<uint8_t>();
+        }
+        if (!counters) {
+            b.counters = DeviceBuffer(counter_bytes, "prefill counters");
+            counters = b.counters.as<uint64_t>();
+        }
+        const RankMemory& caches = decode.rank_memory.at(r);
+        s.rank_memory.push_back({rank_biased(arena, r * arena_bytes), caches.k_cache, caches.v_cache, counters});
     }
-    while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);  // shared: the same bases
+    // Shared: every rank's bases are the same. One rank: its peers' entries come from set_peer.
+    while (s.rank_memory.size() < tp) s.rank_memory.push_back(s.rank_memory[0]);
     s.rank_table = upload_vector(s.rank_memory, "prefill rank table");
     upload_schedule_tables(s);
 
     s.ctx = decode.ctx;  // dims, weights, RoPE table, caches, context
-    s.ctx.arena = s.rank_memory[0].arena;
+    s.ctx.arena = s.rank_memory[s.first_rank()].arena;
     s.ctx.ranks = s.rank_table.as<RankMemory>();
     return state;
 }

@@ -112,6 +112,9 @@ struct DeviceState {
     // one_rank: where peer `rank`'s region of the arena (its first byte) and its counters are, as this device
     // addresses them (an NCCL peer pointer, or the peer's own pointer under CUDA peer access).
     void set_peer(uint32_t rank, uint8_t* arena_region, uint64_t* counters);
+    // The ranks this device runs: [first_rank(), first_rank() + n_ranks_here()) (all but one_rank: every rank).
+    uint32_t first_rank() const;
+    uint32_t n_ranks_here() const;
     // Zeroes the counters of the ranks this device runs (after a fault, with the kernel ended).
     void reset_counters() const;
     // The arena offset of the token this device's kernel hands to the host: its first rank's sample.
@@ -131,10 +134,13 @@ private:
 std::unique_ptr<DeviceState> upload_program_state(const Model& model, Schedule schedule, uint32_t ctx_len,
                                                   const RankPlacement& placement = {});
 // A prefill schedule (compile_prefill_schedule, same model, target and weight formats) over `decode`'s uploaded
-// weights and KV caches: only its layout, activation arenas and counters are uploaded (one set, or one per rank
-// as `decode` has them). Tensor parallel with every rank on this GPU; one rank of several GPUs (RankLayout::one_rank)
-// is refused (mk::Error). `decode` must outlive it.
-std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode);
+// weights and KV caches: only its layout, activation arenas and counters are uploaded, placed as `decode`'s ranks
+// are (one set, one per rank, or with RankLayout::one_rank the rank's own streams and memory: call on its device,
+// then set_peer for every peer). exchange_arena and exchange_counters, one_rank only and optional: the rank's
+// prefill region and counters in memory its peers can write (exchange_arena_bytes(prefill) and
+// exchange_counter_bytes(prefill) long); null: allocated here. `decode` must outlive it.
+std::unique_ptr<DeviceState> upload_prefill_state(const Model& model, Schedule prefill, const DeviceState& decode,
+                                                  uint8_t* exchange_arena = nullptr, uint64_t* exchange_counters = nullptr);
 
 MK_CUDA_BACKEND_END
 }  // namespace mk

@@ -1,7 +1,8 @@
 // Tensor parallel on one GPU (tag [cuda][tp], run by tools/gpu-check.sh): the combined schedule of N ranks,
 // each on its own partition of the device's SMs (--tp-loopback N), against the CPU backend at TP = 1 —
 // teacher-forced logits within the CUDA forward tests' 1e-2 (rel. L2) and the same greedy tokens. The
-// [gpus] case runs the ranks on separate GPUs and passes (with a warning) on a machine with fewer.
+// [gpus] cases run the ranks on separate GPUs (decode, and prefill chunks) and pass (with a warning) on a machine
+// with fewer.
 #include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
 
@@ -237,6 +238,51 @@ TEST_CASE("CUDA TP on separate GPUs: TP=2 on the Llama-3.2-1B shape matches the 
         REQUIRE(count >= int(tp));
         check_teacher_forced(*gpu, ref, false, fmt::format("TP=2 on 2 GPUs {}", m.name));
     }
+}
+
+// A prompt in prefill chunks with one rank per GPU (each rank's chunk state on its own device, the T-row partials
+// sent over the peer mappings): every position's logits against the CPU's TP = 1 token by token, a decode step from
+// the prefilled caches, then a generation whose prompt is prefilled first and whose greedy tokens are the CPU's.
+TEST_CASE("CUDA TP on separate GPUs: TP=2 prefill chunks match the CPU at TP=1", "[cuda][tp][gpus][prefill]") {
+    int count = 0;
+    if (!test::kEmulated && (cudaGetDeviceCount(&count) != cudaSuccess || count < 2)) {
+        WARN("needs 2 GPUs, " << count << " visible: not run");
+        return;
+    }
+    Model model = synthetic(test::device_or_emu<std::string>("synthetic:llama-3.2-1b:bf16:layers=2:vocab=4096:seed=32",
+                                                             "synthetic:tiny-llama:bf16:seed=32"));
+    const std::vector<int32_t> prompt = {1, 279, 304, 315, 238, 374, 12};
+    const uint32_t tp = 2, chunk = 3, n_new = 3;  // 7 tokens: chunks of 3, 3 and 1
+    const Reference ref = cpu_reference(model, prompt, n_new);
+    api::BackendOptions o = options("cuda", 0);
+    o.tp = tp;
+    o.batch = chunk;
+    o.all_logits = true;
+    auto gpu = make_program(model, o);
+    REQUIRE(gpu->prefill_tokens() == chunk);
+    REQUIRE(gpu->schedule().tp_size == tp);
+    REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+    REQUIRE(count >= int(tp));
+    const size_t vocab = ref.logits[0].size();
+    double worst = 0;
+    for (size_t i = 0; i < prompt.size(); i += chunk) {
+        const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+        gpu->prefill(std::span(prompt.data() + i, n), int32_t(i));
+        const std::span<const float> rows = gpu->prefill_logits();
+        REQUIRE(rows.size() == n * vocab);
+        for (size_t j = 0; j < n; ++j)
+            worst = std::max(worst, test::rel_l2(std::vector<float>(rows.begin() + std::ptrdiff_t(j * vocab),
+                                                                    rows.begin() + std::ptrdiff_t((j + 1) * vocab)),
+                                                 ref.logits[i + j]));
+    }
+    INFO("worst rel. L2 of the prefill logits vs CPU TP=1 " << worst);
+    CHECK(worst < 1e-5);
+    const size_t p = prompt.size();  // the next step reads both ranks' prefilled KV caches
+    gpu->step(ref.inputs[p], int32_t(p), {}, {});
+    CHECK(test::rel_l2(std::vector<float>(gpu->logits().begin(), gpu->logits().end()), ref.logits[p]) < 1e-5);
+    gpu->reset();
+    const std::vector<int32_t> cpu_tokens(ref.greedy.end() - n_new, ref.greedy.end());
+    CHECK(gpu->run_generation(prompt, n_new, {}, {}, nullptr).tokens == cpu_tokens);
 }
 
 TEST_CASE("CUDA TP loopback: ranks that need more SMs than the device has are refused", "[cuda][tp]") {

@@ -35,6 +35,8 @@ struct Team {
 //                                                      tile's bytes are visible to the team
 //   __device__ void release(uint32_t t);               every team thread calls it once it no longer
 //                                                      reads the tile (its page may be refilled)
+//   __device__ uint32_t pitch(uint32_t t, uint32_t row_bytes) const;  bytes between tile t's rows as acquired
+//                                                      (row_bytes: its weight's stride in the blob)
 // Tiles are acquired and released in increasing order.
 #endif
 

@@ -26,15 +26,21 @@ struct DeviceWeight {
     uint32_t row_bytes;  // padded row stride
 };
 
-// One tile of an instruction's page plan, as uploaded: where its bytes come from and what they hold.
+// One tile of an instruction's page plan, as uploaded: where its bytes come from and what they hold. Whole rows
+// (n_cols 0) are one bulk copy; an MMA tile's rows are n_rows copies of piece_bytes(), one per weight row
+// (row_bytes apart in the blob), packed in the page.
 struct DeviceTile {
-    uint64_t src_offset;  // byte offset into the weight blob (16-byte aligned)
-    uint32_t bytes;       // a multiple of 16
+    uint64_t src_offset;  // byte offset into the weight blob of the first row's bytes (16-byte aligned)
+    uint32_t bytes;       // in the page: a multiple of 16
     uint32_t weight;      // weight id
     uint32_t row_begin;
     uint32_t n_rows;
+    uint32_t col_begin;   // an MMA tile's columns [col_begin, col_begin + n_cols)
+    uint32_t n_cols;      // 0: whole rows
+    MK_HOST_DEVICE bool whole_rows() const { return n_cols == 0; }
+    MK_HOST_DEVICE uint32_t piece_bytes() const { return whole_rows() || n_rows == 0 ? bytes : bytes / n_rows; }
 };
-static_assert(sizeof(DeviceTile) == 24);
+static_assert(sizeof(DeviceTile) == 32);
 
 // One tensor-parallel rank's memory as every rank addresses it. The schedule's arena offsets, KV layers and
 // counter ids are global over the combined schedule, so the arena and cache bases are biased by the rank's

@@ -46,6 +46,8 @@ class TileReader {
 public:
     virtual ~TileReader() = default;
     virtual const uint8_t* tile(uint32_t index) = 0;
+    // Bytes between the rows of tile(index): the weight's row stride in place, a row's piece in a page.
+    virtual uint64_t pitch(uint32_t index) const = 0;
 };
 
 // How the CPU matvec ops take their row dots: exact (fp32 activations, dot_row) or q16 (the input vector

@@ -28,7 +28,8 @@ struct OpBuffers {
     std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
     StepState step;
     uint64_t page_bytes = 4096;                 // the target the page plan is made for: small pages, so that
-    uint32_t max_pages = 3;                     // a row block streams through the same pages several times
+    uint32_t max_pages = 4;                     // a row block streams through the same pages several times (4: a
+                                                // pass of MMA tiles, page_plan.hpp; 96-column slices)
     PlanInputs plan_inputs() const { return {formats.data(), page_bytes, max_pages}; }
     uint64_t cache_index(uint32_t layer, uint32_t kv_head, int32_t pos) const {
         return ((uint64_t(layer) * dims.n_kv_heads + kv_head) * ctx_len + uint64_t(pos)) * dims.head_dim;

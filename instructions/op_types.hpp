@@ -77,11 +77,18 @@ struct Access {
     uint32_t pos_offset = 0;  // at_pos: the first position's offset from pos (a token block's first token)
 };
 
-// A contiguous run of weight rows the op streams through one shared-memory page.
+// What the op streams through one shared-memory page: a contiguous run of whole weight rows (n_cols 0), or an MMA
+// tile, columns [col_begin, col_begin + n_cols) of up to 16 rows, packed n_cols elements apart in the page
+// (page_plan.hpp's mma_tiles_plan). `bytes` is what the page holds.
 struct Tile {
     uint32_t weight = kNoWeight;
     uint32_t row_begin = 0, n_rows = 0;
     uint64_t bytes = 0;
+    uint32_t col_begin = 0, n_cols = 0;
+    bool whole_rows() const { return n_cols == 0; }
+    // Bytes of one row in the page (an MMA tile's rows are packed), and the tile's first byte within a row.
+    uint64_t piece_bytes() const { return whole_rows() || n_rows == 0 ? bytes : bytes / n_rows; }
+    uint64_t col_byte() const { return whole_rows() ? 0 : piece_bytes() / n_cols * col_begin; }
 };
 
 // How an op uses the pages: tiles in load order; tile t lives in page t % n_pages; `release_order`

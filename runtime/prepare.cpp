@@ -43,6 +43,13 @@ void check_access(const Schedule& s, const ProgramMemory& memory, const Access& 
         fail("writes the {} cache at more than the step's position, which the race detector does not track", cache);
 }
 
+// An MMA tile (page_plan.hpp): BF16 columns inside the weight's rows, 16-byte pieces (bulk copies).
+bool mma_tile_fits(const Tile& tile, const WeightRef& w) {
+    return w.dtype == DType::BF16 && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
+           uint64_t(tile.col_begin) + tile.n_cols <= w.cols && tile.bytes == 2ull * tile.n_rows * tile.n_cols &&
+           tile.piece_bytes() % 16 == 0 && tile.col_byte() % 16 == 0 && w.row_bytes % 16 == 0;
+}
+
 void check_plan(const Schedule& s, const ProgramMemory& memory, const Instruction& ins, const PagePlan& plan,
                 bool check_pages) {
     const Target& t = s.target;
@@ -61,8 +68,10 @@ void check_plan(const Schedule& s, const ProgramMemory& memory, const Instructio
             fail("tile {} streams weight {}, which the schedule does not have", i, tile.weight);
         const WeightRef& w = memory.weights[tile.weight];
         if (uint64_t(tile.row_begin) + tile.n_rows > w.rows || tile.bytes != uint64_t(tile.n_rows) * w.row_bytes)
-            fail("tile {} (rows [{}, {}) of weight {}, {} bytes) does not match the weight's {} rows of {} bytes", i,
-                 tile.row_begin, tile.row_begin + tile.n_rows, tile.weight, tile.bytes, w.rows, w.row_bytes);
+            if (tile.whole_rows() || !mma_tile_fits(tile, w))
+                fail("tile {} (rows [{}, {}) cols [{}, {}) of weight {}, {} bytes) does not match the weight's {} rows "
+                     "of {} bytes", i, tile.row_begin, tile.row_begin + tile.n_rows, tile.col_begin,
+                     tile.col_begin + tile.n_cols, tile.weight, tile.bytes, w.rows, w.row_bytes);
         if (check_pages && tile.bytes > t.page_bytes)
             fail("tile {} is {} bytes, a page holds {}", i, tile.bytes, t.page_bytes);
     }

@@ -95,6 +95,16 @@ public:
         dot_rows_q16_cols(dtype, rows, n_rows, row_bytes, columns(), out, next, next_bytes);
     }
 
+    // An MMA tile's slice: rows [0, n_rows) (`pitch` bytes apart) hold columns [col_begin, col_begin + slice) of
+    // their weight rows; sums[r * n_cols + j] += the slice's dot with column j. Exact dots only: MMA tiles are BF16,
+    // which has no q16 kernel.
+    void slice(DType dtype, const uint8_t* rows, uint32_t n_rows, uint64_t pitch, uint32_t col_begin, uint32_t slice,
+               float* sums) {
+        for (uint32_t r = 0; r < n_rows; ++r)
+            for (uint32_t j = 0; j < n_cols_; ++j)
+                sums[size_t(r) * n_cols_ + j] += dot_row(dtype, rows + r * pitch, x_ + size_t(j) * n_ + col_begin, slice);
+    }
+
 private:
     void quantize() {
         if (quantized_) return;
@@ -141,21 +151,42 @@ inline void for_each_tile_row(OpContext& ctx, uint32_t weight, Visit&& visit) {
     }
 }
 
-// Every row of `weight` in the instruction's tiles against every column of `dots`, tile by tile (ColumnDots::tile):
-// visit(row_index, dots_of_the_row) with one value per column.
+// Every row of the instruction's tiles against every column of `dots`, tile by tile (ColumnDots::tile):
+// visit(tile, dots) with dots[r * n_cols + j] for the tile's rows r, once they are whole. An MMA tile plan's
+// (page_plan.hpp) column slices add up in `sums` until a group's last slice: visited then, gate before up.
+template <typename Visit>
+inline void for_each_tile_dots(OpContext& ctx, ColumnDots& dots, uint32_t n_cols, Visit&& visit) {
+    thread_local std::vector<float> out, sums;
+    const std::vector<Tile>& tiles = ctx.plan->tiles;
+    uint32_t first = UINT32_MAX, end = 0;  // the rows the tiles span (MMA tiles: sums for each of up to 2 weights)
+    for (const Tile& t : tiles) first = std::min(first, t.row_begin), end = std::max(end, t.row_begin + t.n_rows);
+    if (!tiles.empty() && !tiles[0].whole_rows()) sums.resize(2 * size_t(end - first) * n_cols);
+    for (uint32_t t = 0; t < tiles.size(); ++t) {
+        const Tile& tile = tiles[t];
+        const WeightRef& w = ctx.weights[tile.weight];
+        if (tile.whole_rows()) {
+            out.resize(size_t(tile.n_rows) * n_cols);
+            uint64_t next_bytes = 0;
+            const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
+            dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, ctx.tiles->pitch(t), out.data(), next, next_bytes);
+            visit(tile, out.data());
+            continue;
+        }
+        const size_t slot = tile.weight == tiles[0].weight ? 0 : 1;
+        float* sum = sums.data() + (slot * (end - first) + (tile.row_begin - first)) * n_cols;
+        if (tile.col_begin == 0) std::fill(sum, sum + size_t(tile.n_rows) * n_cols, 0.0f);
+        dots.slice(w.dtype, ctx.tiles->tile(t), tile.n_rows, ctx.tiles->pitch(t), tile.col_begin, tile.n_cols, sum);
+        if (tile.col_begin + tile.n_cols == w.cols) visit(tile, static_cast<const float*>(sum));
+    }
+}
+
+// The same for the rows of `weight`: visit(row_index, dots_of_the_row) with one value per column.
 template <typename Visit>
 inline void for_each_tile_row_dots(OpContext& ctx, uint32_t weight, ColumnDots& dots, uint32_t n_cols, Visit&& visit) {
-    const WeightRef& w = ctx.weights[weight];
-    thread_local std::vector<float> out;
-    for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
-        const Tile& tile = ctx.plan->tiles[t];
-        if (tile.weight != weight) continue;
-        out.resize(size_t(tile.n_rows) * n_cols);
-        uint64_t next_bytes = 0;
-        const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
-        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, out.data(), next, next_bytes);
-        for (uint32_t r = 0; r < tile.n_rows; ++r) visit(tile.row_begin + r, out.data() + size_t(r) * n_cols);
-    }
+    for_each_tile_dots(ctx, dots, n_cols, [&](const Tile& tile, const float* out) {
+        if (tile.weight != weight) return;
+        for (uint32_t r = 0; r < tile.n_rows; ++r) visit(tile.row_begin + r, out + size_t(r) * n_cols);
+    });
 }
 
 }  // namespace mk

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "instructions/common/token_rows.hpp"
 #include "models/error.hpp"
 
 namespace mk {
@@ -73,6 +74,42 @@ PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t
                                uint32_t n_rows) {
     PagePlan plan;
     append_paired_row_tiles(plan, in, weight_a, weight_b, row_begin, n_rows);
+    finish_page_plan(plan, in);
+    return plan;
+}
+
+uint32_t mma_slice_cols(uint64_t page_bytes) {
+    uint64_t cols = page_bytes / (2 * kMmaGroupRows) / 64 * 64 + 32;  // BF16: 2 bytes a column
+    while (cols > 32 && 2 * kMmaGroupRows * cols > page_bytes) cols -= 64;
+    return uint32_t(cols);
+}
+
+bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens) {
+    if (in.max_pages < kMmaPassTiles || 2 * kMmaGroupRows * 32 > in.page_bytes) return false;
+    for (uint32_t id : weights) {
+        const WeightFormat& w = in.weights[id];
+        if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16) return false;
+    }
+    return true;
+}
+
+PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
+                        uint32_t n_rows) {
+    PagePlan plan;
+    const std::vector<uint32_t> ids(weights);
+    for (uint32_t id : ids) check_rows(in, id, row_begin, n_rows);
+    const uint32_t cols = in.weights[ids[0]].cols, width = mma_slice_cols(in.page_bytes);
+    const uint32_t groups = (n_rows + kMmaGroupRows - 1) / kMmaGroupRows;
+    const uint32_t per_pass = std::max<uint32_t>(1, kMmaPassTiles / uint32_t(ids.size()));  // groups in a pass
+    for (uint32_t pass = 0; pass < groups; pass += per_pass)
+        for (uint32_t col = 0; col < cols; col += width)
+            for (uint32_t g = pass; g < std::min(groups, pass + per_pass); ++g)
+                for (uint32_t id : ids) {
+                    const uint32_t first = row_begin + g * kMmaGroupRows;
+                    const uint32_t rows = std::min(kMmaGroupRows, row_begin + n_rows - first);
+                    const uint32_t n_cols = std::min(width, cols - col);
+                    plan.tiles.push_back({id, first, rows, 2ull * rows * n_cols, col, n_cols});
+                }
     finish_page_plan(plan, in);
     return plan;
 }

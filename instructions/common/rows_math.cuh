@@ -1,8 +1,12 @@
 // Device helpers the prefill (rows) ops share: a chunk's activations are (T, width) fp32 rows, one per token
 // (token_rows.hpp); each weight tile is acquired once and every one of its rows is dotted with all the step's
-// tokens before it is released, so a chunk reads its weights once. Scalar fp32 dots (row_dot) for every format.
+// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16, page_plan.hpp) run on tensor
+// cores (mma.sync m16n8k16); whole-row tiles take scalar fp32 dots (row_dot) for every format.
 #pragma once
 #include "instructions/common/device_math.cuh"
+#include "instructions/common/page_plan.hpp"
+#include "instructions/common/ptx.cuh"
+#include "instructions/common/token_rows.hpp"
 
 namespace mk::dev {
 
@@ -41,17 +45,119 @@ __device__ inline void rms_scales(const float* x, uint32_t width, uint32_t n, fl
     team.sync();
 }
 
+// x = hi + lo as two bf16 values (hi rounded to nearest, lo the remainder rounded): the weight's two exact products
+// with them keep the dot within ~2^-17 of fp32 per element, where x in one bf16 would lose 2^-9.
+__device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
+    hi = f32_to_bf16(x);
+    lo = f32_to_bf16(x - bf16_to_f32(hi));
+}
+
+// The tensor-core dots of an MMA tile plan (page_plan.hpp): visit(tile, row, j, dot) for every weight row and token
+// j < n, called by the lane that holds the dot. A pass's groups (16 rows each; gate/up pairs) go slice by slice: the
+// team holds the pass's tiles of one slice; a warp keeps fp32 accumulators for its 8-token chunks (chunk c, c +
+// n_warps, ...: at most kMmaChunksPerWarp) over every slice, so each activation is read once a pass. Weights are A
+// (16 rows x 16 k, from the page), tokens B (16 k x 8 tokens, hi and lo halves: two MMAs). Within each 32 columns a
+// lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a permuted k order,
+// the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the fragment's k = 2t, 2t+1,
+// 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the fragment layout).
+template <class Tiles, class Column, class Visit>
+__device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
+                                          uint32_t cols, Column&& column, Visit&& visit) {
+    const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
+    const uint32_t n_tiles = tiles.count();
+    const uint32_t n_weights = n_tiles > 1 && tiles.info(1).weight != tiles.info(0).weight ? 2 : 1;
+    const uint32_t n_slices = (cols + tiles.info(0).n_cols - 1) / tiles.info(0).n_cols;
+    const uint32_t per_pass = kMmaPassTiles / n_weights, groups = n_tiles / (n_slices * n_weights);
+    const uint32_t chunks = (n + 7) / 8;
+    for (uint32_t first = 0, base = 0; first < groups; first += per_pass) {
+        const uint32_t in_pass = min(per_pass, groups - first) * n_weights;  // the pass's tiles in each slice
+        float acc[kMmaPassTiles][kMmaChunksPerWarp][4] = {};
+        for (uint32_t s = 0; s < n_slices; ++s) {
+            const uint32_t t0 = base + s * in_pass;
+            const uint8_t* page[kMmaPassTiles] = {};
+            uint32_t pitch[kMmaPassTiles] = {}, rows[kMmaPassTiles] = {};
+#pragma unroll
+            for (uint32_t i = 0; i < kMmaPassTiles; ++i)
+                if (i < in_pass) {
+                    page[i] = tiles.acquire(t0 + i);
+                    const DeviceTile& tile = tiles.info(t0 + i);
+                    pitch[i] = tiles.pitch(t0 + i, ctx.weights[tile.weight].row_bytes);
+                    rows[i] = tile.n_rows;
+                }
+            const uint32_t col0 = tiles.info(t0).col_begin, width = tiles.info(t0).n_cols;
+            for (uint32_t k0 = 0; k0 < width; k0 += 32) {
+                uint32_t hi[kMmaChunksPerWarp][4], lo[kMmaChunksPerWarp][4];  // this lane's token: columns 8t..8t+7
+#pragma unroll
+                for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c) {
+                    const uint32_t j = (warp + c * n_warps) * 8 + g;
+                    const auto x = column(j < n ? j : 0);
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) {
+                        uint16_t h0 = 0, l0 = 0, h1 = 0, l1 = 0;
+                        if (j < n) {
+                            split_bf16(x.at(col0 + k0 + 8 * t + 2 * e), h0, l0);
+                            split_bf16(x.at(col0 + k0 + 8 * t + 2 * e + 1), h1, l1);
+                        }
+                        hi[c][e] = uint32_t(h0) | uint32_t(h1) << 16;
+                        lo[c][e] = uint32_t(l0) | uint32_t(l1) << 16;
+                    }
+                }
+#pragma unroll
+                for (uint32_t i = 0; i < kMmaPassTiles; ++i) {
+                    if (i >= in_pass) continue;
+                    const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
+                    const uint4 zero{0, 0, 0, 0};
+                    const uint4 r0 = g < rows[i] ? *reinterpret_cast<const uint4*>(p + g * pitch[i]) : zero;
+                    const uint4 r1 = g + 8 < rows[i] ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch[i]) : zero;
+                    const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+#pragma unroll
+                    for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c) {
+                        if (warp + c * n_warps >= chunks) continue;  // the same for the whole warp
+                        float(&d)[4] = acc[i][c];
+                        ptx::mma_m16n8k16_bf16(d, a0, {hi[c][0], hi[c][1]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a0, {lo[c][0], lo[c][1]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a1, {hi[c][2], hi[c][3]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a1, {lo[c][2], lo[c][3]}, d);
+                    }
+                }
+            }
+#pragma unroll
+            for (uint32_t i = 0; i < kMmaPassTiles; ++i)
+                if (i < in_pass) tiles.release(t0 + i);
+        }
+        // The accumulator fragment: this lane holds rows g, g + 8 of each tile for tokens 2t, 2t + 1 of each chunk.
+#pragma unroll
+        for (uint32_t i = 0; i < kMmaPassTiles; ++i) {
+            if (i >= in_pass) continue;
+            const DeviceTile& tile = tiles.info(base + i);
+#pragma unroll
+            for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; ++e) {
+                    const uint32_t r = g + 8 * (e / 2), j = (warp + c * n_warps) * 8 + 2 * t + e % 2;
+                    if (r < tile.n_rows && j < n) visit(tile, tile.row_begin + r, j, acc[i][c][e]);
+                }
+        }
+        base += n_slices * in_pass;
+    }
+}
+
 // Calls visit(tile, row, j, dot) for every weight row of every tile and every token j < n, dot = row . column(j)
-// (a vector view) valid in all lanes of the visiting warp. Rows are dealt as for_each_warp_row deals them (a row of
-// paired gate/up tiles falls to the same warp); a warp finishes all tokens of a row before the next, and every
-// warp acquires and releases every tile even when n is 0 (the page ring's contract).
+// (a vector view), in the one lane that holds it. MMA tiles take the tensor cores (mma_row_token_dots); whole rows
+// are dealt as for_each_warp_row deals them (a row of paired gate/up tiles falls to the same warp), a warp finishing
+// all tokens of a row before the next. Either way a token's gate dot is visited before its up dot, in the same lane,
+// and every warp acquires and releases every tile even when n is 0 (the page ring's contract).
 template <class Tiles, class Column, class Visit>
 __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                               uint32_t cols, Column&& column, Visit&& visit) {
+    if (tiles.count() && !tiles.info(0).whole_rows())
+        return mma_row_token_dots(ctx, team, tiles, n, cols, column, visit);
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {
-                          for (uint32_t j = 0; j < n; ++j)
-                              visit(tile, row, j, row_dot(w.dtype, bytes, column(j), cols, team.lane()));
+                          for (uint32_t j = 0; j < n; ++j) {
+                              const float dot = row_dot(w.dtype, bytes, column(j), cols, team.lane());
+                              if (team.lane() == 0) visit(tile, row, j, dot);
+                          }
                       });
 }
 

@@ -41,13 +41,22 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
     }
 }
 
-// The device code runs a weight matrix times a chunk's token columns on tensor cores (mma.sync m16n8k16,
-// BF16/F16 in, fp32 accumulate) when the weights are BF16 or F16 and the chunk has at least 8 tokens (one
-// n8 fragment); else on CUDA cores. The ops' cost() reports those flops apart, for the device cost model.
+// The device code runs a weight matrix times a block's token columns on tensor cores (mma.sync m16n8k16, BF16 in,
+// fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16 weights
+// whose rows are whole 32-column spans, and a token block of 8 (one n8 fragment) to kMmaMaxTokens. Else scalar dots
+// on CUDA cores. The ops' cost() reports those flops apart, for the device cost model. F16 stays scalar: its
+// activations would need f16 (5-bit exponent) halves, which overflow past 65504.
 inline constexpr uint32_t kMmaMinTokens = 8;
+// A warp keeps accumulators for kMmaChunksPerWarp 8-token chunks; the interpreter has 7 consumer warps and the
+// kernel-per-op baseline 8, so 7 * 4 * 8 = 224 tokens is what every team holds at once.
+inline constexpr uint32_t kMmaChunksPerWarp = 4;
+inline constexpr uint32_t kMmaMaxTokens = 7 * kMmaChunksPerWarp * 8;
+MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
+    return dtype == uint32_t(DType::BF16) && cols % 32 == 0 && block_tokens >= kMmaMinTokens &&
+           block_tokens <= kMmaMaxTokens;
+}
 inline uint64_t mma_eligible_flops(const WeightFormat& w, uint32_t n_tok, uint64_t flops) {
-    const bool half = DType(w.dtype) == DType::BF16 || DType(w.dtype) == DType::F16;
-    return half && n_tok >= kMmaMinTokens ? flops : 0;
+    return mma_eligible(w.dtype, w.cols, n_tok) ? flops : 0;
 }
 
 // The tokens this step runs: the chunk's, at most the compiled n_tok.

@@ -17,7 +17,6 @@ struct MatmulAddDevice {
             ctx, team, tiles, run.count(), a.cols,
             [&](uint32_t j) { return dev::TokenVector{in + uint64_t(j) * a.cols}; },
             [&](const DeviceTile&, uint32_t row, uint32_t j, float dot) {
-                if (team.lane() != 0) return;
                 float& out = x[uint64_t(j) * a.x_width + row];
                 out = a.store ? dot : out + dot;
             });

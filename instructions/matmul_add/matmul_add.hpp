@@ -38,6 +38,7 @@ struct MatmulAddOp {
     static std::vector<uint32_t> weights(const Instruction& ins) { return {decode_args<MatmulAddArgs>(ins).weight}; }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<MatmulAddArgs>(ins);
+        if (use_mma_tiles(in, {a.weight}, a.tokens().count())) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
         return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {

@@ -42,6 +42,8 @@ struct RmsGateUpRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
+        if (use_mma_tiles(in, {a.gate, a.up}, a.tokens().count()))
+            return mma_tiles_plan(in, {a.gate, a.up}, a.row_begin, a.n_rows);
         return paired_row_tiles_plan(in, a.gate, a.up, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {

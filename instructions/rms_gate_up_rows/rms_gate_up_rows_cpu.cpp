@@ -13,7 +13,7 @@ void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<RmsGateUpRowsArgs>(ins);
     const TokenBlock run = run_token_block(a.tokens(), step_tokens(*ctx.step, a.n_tok));
     const uint32_t n = run.count();
-    thread_local std::vector<float> xn, gate, dots_out;  // (n, d_model); (n_rows, n) gate dots; (tile rows, n)
+    thread_local std::vector<float> xn, gate;  // (n, d_model); (n_rows, n) gate dots
     xn.resize(size_t(n) * a.d_model);
     gate.resize(size_t(a.n_rows) * n);
     for (uint32_t j = 0; j < n; ++j)
@@ -21,25 +21,18 @@ void RmsGateUpRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
                  xn.data() + size_t(j) * a.d_model);
     float* act = ctx.f32(a.act_off) + size_t(run.begin) * a.d_ff;
     ColumnDots dots(ctx, xn.data(), a.d_model, n);
-    // Tile by tile (ColumnDots::tile): a gate tile's dots wait in `gate` for the up tile of the same rows.
-    for (uint32_t t = 0; t < ctx.plan->tiles.size(); ++t) {
-        const Tile& tile = ctx.plan->tiles[t];
-        const bool is_gate = tile.weight == a.gate;
-        const WeightRef& w = ctx.weights[tile.weight];
+    // Tile by tile (for_each_tile_dots): a gate tile's dots wait in `gate` for the up tile of the same rows.
+    for_each_tile_dots(ctx, dots, n, [&](const Tile& tile, const float* out) {
         float* g = gate.data() + size_t(tile.row_begin - a.row_begin) * n;
-        uint64_t next_bytes = 0;
-        const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
-        if (is_gate) {
-            dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, g, next, next_bytes);
-            continue;
+        if (tile.weight == a.gate) {
+            std::copy(out, out + size_t(tile.n_rows) * n, g);
+            return;
         }
-        dots_out.resize(size_t(tile.n_rows) * n);
-        dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, w.row_bytes, dots_out.data(), next, next_bytes);
         for (uint32_t j = 0; j < n; ++j) {  // token by token: each token's act row is written in order
             float* act_row = act + size_t(j) * a.d_ff + tile.row_begin;
-            for (uint32_t r = 0; r < tile.n_rows; ++r) act_row[r] = silu(g[size_t(r) * n + j]) * dots_out[size_t(r) * n + j];
+            for (uint32_t r = 0; r < tile.n_rows; ++r) act_row[r] = silu(g[size_t(r) * n + j]) * out[size_t(r) * n + j];
         }
-    }
+    });
 }
 
 std::string RmsGateUpRowsOp::describe(const Instruction& ins) {

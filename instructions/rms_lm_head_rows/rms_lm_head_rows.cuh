@@ -15,7 +15,7 @@ struct RmsLmHeadRowsDevice {
         float* logits = ctx.f32(a.logits_off);  // (cols, vocab) fp32
         dev::for_each_row_normed_dot(ctx, team, tiles, ctx.f32(a.x_off) + uint64_t(first) * a.d_model, a.norm, a.d_model,
                                      cols, [&](const DeviceTile&, uint32_t row, uint32_t j, float dot) {
-                                         if (team.lane() == 0) logits[uint64_t(j) * a.vocab + row] = dot;
+                                         logits[uint64_t(j) * a.vocab + row] = dot;
                                      });
     }
 };

@@ -36,6 +36,7 @@ struct RmsLmHeadRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsLmHeadRowsArgs>(ins);
+        if (use_mma_tiles(in, {a.weight}, a.all ? a.n_tok : 1)) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
         return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {

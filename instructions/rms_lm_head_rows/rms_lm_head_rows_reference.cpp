@@ -29,8 +29,9 @@ std::vector<OpCase> RmsLmHeadRowsOp::cases(uint64_t seed) {
     struct Shape { uint32_t vocab, row_begin, n_rows, n_tok, n, all; };
     const uint32_t d_model = 256;
     std::vector<OpCase> out;
-    for (DType dtype : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q6_K})
-        for (const Shape& s : {Shape{80, 16, 48, 4, 3, 0}, Shape{64, 0, 64, 3, 3, 1}, Shape{64, 8, 24, 5, 2, 1}}) {
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q6_K})
+        for (const Shape& s : {Shape{80, 16, 48, 4, 3, 0}, Shape{64, 0, 64, 3, 3, 1}, Shape{64, 8, 24, 5, 2, 1},
+                               Shape{80, 8, 40, 12, 11, 1}}) {  // all logits of 11 tokens: BF16 in MMA tiles
             CaseBuilder c(ModelDims{.d_model = d_model, .vocab = s.vocab}, seed++);
             const uint32_t weight = c.weight(dtype, s.vocab, d_model, 0.5f), norm = c.weight(DType::F32, 1, d_model);
             const uint32_t x = c.activation(uint64_t(s.n_tok) * d_model);

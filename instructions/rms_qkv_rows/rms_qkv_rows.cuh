@@ -35,7 +35,7 @@ struct RmsQkvRowsDevice {
         dev::for_each_row_normed_dot(ctx, team, tiles, ctx.f32(a.x_off) + uint64_t(run.begin) * a.d_model, a.norm,
                                      a.d_model, n,
                                      [&](const DeviceTile&, uint32_t row, uint32_t j, float dot) {
-                                         if (team.lane() == 0) *out(j, row - a.row_begin) = dot;
+                                         *out(j, row - a.row_begin) = dot;
                                      });
         team.sync();  // every dot is in place
         RmsQkvDevice::finish(ctx, team, kind, a.row_begin, a.n_rows, hd, a.bias, a.qk_norm, n, pos, out);

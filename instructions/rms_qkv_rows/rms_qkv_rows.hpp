@@ -54,6 +54,7 @@ struct RmsQkvRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
+        if (use_mma_tiles(in, {a.weight}, a.tokens().count())) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
         return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
     }
     static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat* w) {

@@ -56,6 +56,7 @@ std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
         uint32_t row_begin, n_rows;
         bool qwen;  // bias and QK-norm (blocks of whole heads)
         uint32_t tok_begin = 0, tok_count = 0;  // the token block (count 0: through the chunk's end)
+        uint32_t n_tok = 4;                     // 8 or more in BF16: MMA tiles (page_plan.hpp)
     };
     std::vector<OpCase> out;
     for (const KvType kv_type : {KvType::f32, KvType::bf16})  // bf16: the K/V shapes in BF16 weights
@@ -63,16 +64,19 @@ std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
         for (const Shape& s : {Shape{QkvKind::q, 16, 80, false}, Shape{QkvKind::k, 8, 40, false},
                                Shape{QkvKind::v, 0, 64, false}, Shape{QkvKind::q, 32, 64, true},
                                Shape{QkvKind::k, 32, 32, true}, Shape{QkvKind::q, 0, 64, false, 1, 2},
-                               Shape{QkvKind::v, 8, 24, false, 2, 0}, Shape{QkvKind::k, 32, 32, true, 2, 2}}) {
+                               Shape{QkvKind::v, 8, 24, false, 2, 0}, Shape{QkvKind::k, 32, 32, true, 2, 2},
+                               Shape{QkvKind::q, 16, 40, false, 0, 0, 12}, Shape{QkvKind::k, 32, 32, true, 2, 9, 12},
+                               Shape{QkvKind::v, 0, 64, false, 0, 0, 12}}) {
             if (s.qwen && dtype != DType::BF16) continue;
             if (kv_type == KvType::bf16 && (s.kind == QkvKind::q || dtype != DType::BF16)) continue;
             const ModelDims dims{.n_layers = 2, .d_model = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
                                  .kv_type = uint32_t(kv_type)};
-            const uint32_t rows = s.kind == QkvKind::q ? dims.q_dim() : dims.kv_dim(), n_tok = 4;
+            const uint32_t rows = s.kind == QkvKind::q ? dims.q_dim() : dims.kv_dim(), n_tok = s.n_tok;
             CaseBuilder c(dims, seed++);
-            c.caches(16);
+            c.caches(n_tok > 4 ? 32 : 16);
             c.buffers().step.pos = 9;
-            c.buffers().step.n_tokens = s.kind == QkvKind::v ? 3 : 4;  // V: the step cuts the chunk (and a block) short
+            // V: the step cuts the chunk (and a block) short
+            c.buffers().step.n_tokens = int32_t(s.kind == QkvKind::v ? n_tok - 1 : n_tok);
             const uint32_t weight = c.weight(dtype, rows, dims.d_model, 0.5f);
             const uint32_t norm = c.weight(DType::F32, 1, dims.d_model);
             const uint32_t bias = s.qwen ? c.weight(DType::F32, 1, rows) : kNoWeight;

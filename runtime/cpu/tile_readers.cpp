@@ -11,8 +11,10 @@ namespace mk {
 const uint8_t* DirectTileReader::tile(uint32_t index) {
     if (index >= plan_->tiles.size()) fail("tile {} requested, the page plan has {} tiles", index, plan_->tiles.size());
     const Tile& t = plan_->tiles[index];
-    return weights_[t.weight].row(t.row_begin);
+    return weights_[t.weight].row(t.row_begin) + t.col_byte();
 }
+
+uint64_t DirectTileReader::pitch(uint32_t index) const { return weights_[plan_->tiles.at(index).weight].row_bytes; }
 
 SmPages::SmPages(uint32_t n_pages, uint64_t page_bytes_)
     : page_bytes(page_bytes_), memory(size_t(n_pages) * page_bytes_), hand_out(n_pages) {
@@ -50,10 +52,21 @@ const uint8_t* CheckedTileReader::tile(uint32_t index) {
     }
     const Tile& t = plan_->tiles[index];
     if (t.bytes > pages_->page_bytes) fail("tile {} is {} bytes, a page holds {}", index, t.bytes, pages_->page_bytes);
-    std::memcpy(page, weights_[t.weight].row(t.row_begin), t.bytes);
+    const WeightRef& w = weights_[t.weight];
+    if (t.whole_rows()) {
+        std::memcpy(page, w.row(t.row_begin), t.bytes);
+    } else {
+        const uint64_t piece = t.piece_bytes();
+        for (uint32_t r = 0; r < t.n_rows; ++r) std::memcpy(page + r * piece, w.row(t.row_begin + r) + t.col_byte(), piece);
+    }
     slot_tile_[slot] = index;
     next_tile_ = index + 1;
     return page;
+}
+
+uint64_t CheckedTileReader::pitch(uint32_t index) const {
+    const Tile& t = plan_->tiles.at(index);
+    return t.whole_rows() ? weights_[t.weight].row_bytes : t.piece_bytes();
 }
 
 void CheckedTileReader::end() {

@@ -16,6 +16,7 @@ public:
         weights_ = weights;
     }
     const uint8_t* tile(uint32_t index) override;
+    uint64_t pitch(uint32_t index) const override;
 
 private:
     const PagePlan* plan_ = nullptr;
@@ -32,7 +33,8 @@ struct SmPages {
 };
 
 // Checked mode: instruction i's page slot k is the k-th page instruction i-1 freed (then the
-// SM's other free pages); tile t is copied into slot t % n_pages when first requested. Throws
+// SM's other free pages); tile t is copied into slot t % n_pages when first requested (an MMA tile's row
+// pieces packed). Throws
 // mk::Error on a tile outside the plan, a tile requested after a later one (tiles stream in
 // order), or a tile whose page a later tile has since overwritten.
 class CheckedTileReader final : public TileReader {
@@ -41,6 +43,7 @@ public:
     // Takes the instruction's pages from `pages`; throws if the plan needs more than the SM has.
     void begin(SmPages& pages, const PagePlan& plan, const WeightRef* weights);
     const uint8_t* tile(uint32_t index) override;
+    uint64_t pitch(uint32_t index) const override;
     // Frees the pages in the plan's release order: they become the next instruction's first pages.
     void end();
     // The physical page behind the current instruction's slot (for tests).

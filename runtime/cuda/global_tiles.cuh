@@ -16,6 +16,8 @@ struct GlobalTiles {
         : tiles(tiles_), n_tiles(count), weight_blob(blob) {}
     __device__ uint32_t count() const { return n_tiles; }
     __device__ const DeviceTile& info(uint32_t t) const { return tiles[t]; }
+    // In place, every tile's rows are the weight's row stride apart.
+    __device__ uint32_t pitch(uint32_t, uint32_t row_bytes) const { return row_bytes; }
     __device__ const uint8_t* acquire(uint32_t t) { return weight_blob + tiles[t].src_offset; }
     __device__ void release(uint32_t) {}
 };

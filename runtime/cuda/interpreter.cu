@@ -112,6 +112,16 @@ struct Loader {
         return &e;
     }
 
+    // A tile's bulk copies, f(blob offset, page offset, bytes): whole rows in one, an MMA tile one per row (its
+    // rows' pieces are row_bytes apart in the blob, packed in the page).
+    template <class F>
+    static __device__ void for_each_piece(const DeviceTile& tile, const DeviceOpContext& ctx, F&& f) {
+        if (tile.whole_rows()) return f(tile.src_offset, 0u, tile.bytes);
+        const uint32_t piece = tile.piece_bytes();
+        const uint64_t stride = ctx.weights[tile.weight].row_bytes;
+        for (uint32_t r = 0; r < tile.n_rows; ++r) f(tile.src_offset + r * stride, r * piece, piece);
+    }
+
     __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch,
                              const DeviceOpContext& ctx) {
         if (begin < end) prefetch_device_op(P.instructions[begin], ctx);
@@ -121,7 +131,9 @@ struct Loader {
             const uint32_t tb = e->tile_begin, te = tb + e->n_tiles, used = e->used;
             if (i + 1 < end) {  // look one instruction further ahead through L2: its tiles, and what else it reads
                 for (uint32_t t = P.tile_begin[i + 1]; t < P.tile_begin[i + 2]; ++t)
-                    prefetch_l2(P.weight_blob + P.tiles[t].src_offset, P.tiles[t].bytes);
+                    for_each_piece(P.tiles[t], ctx, [&](uint64_t src, uint32_t, uint32_t bytes) {
+                        prefetch_l2(P.weight_blob + src, bytes);
+                    });
                 prefetch_device_op(P.instructions[i + 1], ctx);
             }
             for (uint32_t t = tb; t < te; ++t) {
@@ -136,7 +148,9 @@ struct Loader {
                 if (P.trace && t == tb && epoch < P.trace_steps)
                     P.trace[uint64_t(epoch) * P.n_instructions + i].load_start = cuda_sync::global_timer_ns();
                 mbarrier_arrive_expect_tx(&pages.full[p], tile.bytes);
-                bulk_copy_to_shared(pages.page(p), P.weight_blob + tile.src_offset, tile.bytes, &pages.full[p]);
+                for_each_piece(tile, ctx, [&](uint64_t src, uint32_t at, uint32_t bytes) {
+                    bulk_copy_to_shared(pages.page(p) + at, P.weight_blob + src, bytes, &pages.full[p]);
+                });
                 fill_parity ^= 1u << p;
             }
             if (used) finish_ring(ring, e->release, used);

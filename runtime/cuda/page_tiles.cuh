@@ -51,6 +51,10 @@ struct PageTiles {
 
     __device__ uint32_t count() const { return n_tiles; }
     __device__ const DeviceTile& info(uint32_t t) const { return tiles[t]; }
+    // Bytes between the rows of tile t in its page: whole rows at the weight's stride, an MMA tile's packed.
+    __device__ uint32_t pitch(uint32_t t, uint32_t row_bytes) const {
+        return tiles[t].whole_rows() ? row_bytes : tiles[t].piece_bytes();
+    }
     __device__ const uint8_t* acquire(uint32_t t) {
         const uint32_t p = ring->page_of_tile(t, used);
         // After an abort the bytes may never come: ops then compute garbage nobody reads.

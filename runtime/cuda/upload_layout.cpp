@@ -44,6 +44,16 @@ std::vector<DeviceWeight> device_weights(const WeightBlob& blob, const uint8_t* 
     return out;
 }
 
+DeviceTile device_tile(const Tile& t, const WeightBlob& blob, const std::string& what) {
+    const DeviceWeight& w = blob.weights.at(t.weight);
+    const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * w.row_bytes + t.col_byte();
+    if (blob.offsets[t.weight] == WeightBlob::kAbsent || src % kDeviceRowAlign || t.bytes % kDeviceRowAlign ||
+        t.piece_bytes() % kDeviceRowAlign || (!t.whole_rows() && w.row_bytes % kDeviceRowAlign) || t.bytes > UINT32_MAX)
+        fail("{}: tile of weight {} rows [{}, {}) ({} bytes at offset {}) is not a 16-byte bulk copy", what, t.weight,
+             t.row_begin, t.row_begin + t.n_rows, t.bytes, src);
+    return {src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows, t.col_begin, t.n_cols};
+}
+
 UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prepared, const WeightBlob& blob,
                                  uint32_t first_stream, uint32_t n_streams) {
     UploadLayout out;
@@ -59,13 +69,7 @@ UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prep
             out.tile_begin.push_back(uint32_t(out.tiles.size()));
             out.release_begin.push_back(uint32_t(out.release_order.size()));
             for (const Tile& t : plan.tiles) {
-                const DeviceWeight& w = blob.weights.at(t.weight);
-                const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * w.row_bytes;
-                if (blob.offsets[t.weight] == WeightBlob::kAbsent || src % kDeviceRowAlign || t.bytes % kDeviceRowAlign ||
-                    t.bytes > UINT32_MAX)
-                    fail("{}: tile of weight {} rows [{}, {}) ({} bytes at offset {}) is not a 16-byte bulk copy",
-                         p.op->describe(*p.ins), t.weight, t.row_begin, t.row_begin + t.n_rows, t.bytes, src);
-                out.tiles.push_back({src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows});
+                out.tiles.push_back(device_tile(t, blob, p.op->describe(*p.ins)));
                 out.max_tile_bytes = std::max(out.max_tile_bytes, t.bytes);
             }
             for (uint32_t slot : plan.release_order) out.release_order.push_back(uint8_t(slot));

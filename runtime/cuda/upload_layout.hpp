@@ -3,6 +3,7 @@
 // stream's instructions, each instruction's tiles (source offset, bytes, rows) and page release order.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "instructions/device_types.hpp"
@@ -26,6 +27,10 @@ struct WeightBlob {
 WeightBlob build_weight_blob(const std::vector<WeightRef>& refs);
 // The weight table with pointers into a copy of the blob at `base` (the device's, once uploaded).
 std::vector<DeviceWeight> device_weights(const WeightBlob& blob, const uint8_t* base);
+
+// A page plan's tile as the device reads it: its first byte in the blob (an MMA tile's first row piece). Throws
+// mk::Error, naming `what` (the instruction), when the weight is not in the blob or a copy is not 16-byte aligned.
+DeviceTile device_tile(const Tile& tile, const WeightBlob& blob, const std::string& what);
 
 struct UploadLayout {
     std::vector<Instruction> instructions;  // stream 0's, then stream 1's, ...

@@ -61,13 +61,7 @@ public:
 
         const PagePlan plan = op.page_plan(ins, PlanInputs{padded.data(), b.page_bytes, b.max_pages});
         std::vector<DeviceTile> tiles;
-        for (const Tile& t : plan.tiles) {
-            const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * blob.weights.at(t.weight).row_bytes;
-            if (src % kDeviceRowAlign || t.bytes % kDeviceRowAlign)
-                fail("{}: tile of weight {} ({} bytes at {}) is not a 16-byte bulk copy", op.describe(ins), t.weight,
-                     t.bytes, src);
-            tiles.push_back({src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows});
-        }
+        for (const Tile& t : plan.tiles) tiles.push_back(device_tile(t, blob, op.describe(ins)));
         const DeviceBuffer tiles_dev = upload(tiles, "tiles");
         const DeviceBuffer tile_begin_dev = upload(std::vector<uint32_t>{0, uint32_t(tiles.size())}, "tile index");
         const DeviceBuffer ins_dev = upload(std::vector<Instruction>{ins}, "instruction");

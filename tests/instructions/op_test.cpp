@@ -10,7 +10,9 @@
 #include <cstring>
 #include <map>
 
+#include "instructions/common/page_plan.hpp"
 #include "instructions/embed/embed.hpp"
+#include "instructions/registry.hpp"
 #include "tests/instructions/op_backend.hpp"
 
 namespace mk {
@@ -203,4 +205,36 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
     }
 }
 
+// The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
+// such plans for every prefill rows op (BF16, 8 to 224 tokens), or the emulated device code they check is the
+// scalar path alone. Each case's plan is also checked against its weights: 16-row groups, slices that tile the rows.
+TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
+    for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {
+        const OpReference& ref = op_reference(uint16_t(opcode));
+        INFO(ref.name);
+        uint32_t mma_cases = 0;
+        for (const OpCase& c : ref.cases(kSeed)) {
+            const PagePlan plan = op_info(c.ins.opcode).page_plan(c.ins, c.buffers.plan_inputs());
+            if (plan.tiles.empty() || plan.tiles[0].whole_rows()) continue;
+            INFO(c.name);
+            ++mma_cases;
+            std::map<std::pair<uint32_t, uint32_t>, uint32_t> covered;  // (weight, row) -> columns streamed
+            for (const Tile& t : plan.tiles) {
+                CHECK(!t.whole_rows());
+                CHECK((t.n_rows >= 1 && t.n_rows <= kMmaGroupRows && t.n_cols % 32 == 0));
+                CHECK(t.bytes == 2ull * t.n_rows * t.n_cols);
+                CHECK(t.bytes <= c.buffers.page_bytes);
+                for (uint32_t r = 0; r < t.n_rows; ++r) {
+                    uint32_t& cols = covered[{t.weight, t.row_begin + r}];
+                    CHECK(t.col_begin == cols);  // slices in column order, none skipped
+                    cols += t.n_cols;
+                }
+            }
+            for (const auto& [key, cols] : covered) CHECK(cols == c.buffers.formats.at(key.first).cols);
+        }
+        CHECK(mma_cases > 0);
+    }
+}
+
 }  // namespace mk
+

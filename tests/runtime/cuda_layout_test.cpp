@@ -114,8 +114,15 @@ TEST_CASE("one rank's upload layout is its slice of the whole schedule's", "[cpu
 }
 
 TEST_CASE("the upload layout's tiles hold exactly the rows the page plans name", "[cpu]") {
-    Model model = synthetic("synthetic:smollm2-135m:q4_1:layers=2:vocab=1024:seed=12", "layout_q4_1.gguf");
-    const Schedule s = padded_schedule(model, target_h200());
+    // A Q4_1 decode step's whole rows, and a BF16 prefill step's MMA tiles (column slices of 16 rows).
+    const bool prefill = GENERATE(false, true);
+    Model model = prefill ? synthetic("synthetic:smollm2-135m:bf16:layers=1:vocab=512:seed=12", "layout_bf16.gguf")
+                          : synthetic("synthetic:smollm2-135m:q4_1:layers=2:vocab=1024:seed=12", "layout_q4_1.gguf");
+    const Schedule s =
+        prefill ? compile_prefill_schedule(model.config, padded_row_formats(weight_formats(model), kDeviceRowAlign),
+                                           target_h200(), Policy::critical_path, 32, false)
+                : padded_schedule(model, target_h200());
+    INFO((prefill ? "bf16 prefill" : "q4_1 decode"));
     Prepared prepared(model, s);
     const WeightBlob blob = build_weight_blob(prepared.weights.refs);
     const UploadLayout layout = build_upload_layout(s, prepared.schedule, blob);
@@ -123,7 +130,7 @@ TEST_CASE("the upload layout's tiles hold exactly the rows the page plans name",
     REQUIRE(layout.stream_begin.size() == s.streams.size() + 1);
     REQUIRE(layout.instructions.size() == s.n_instructions());
     REQUIRE(layout.tile_begin.size() == layout.instructions.size() + 1);
-    uint32_t flat = 0;
+    uint32_t flat = 0, mma_tiles = 0;
     for (uint32_t sm = 0; sm < s.streams.size(); ++sm) {
         CHECK(layout.stream_begin[sm] == flat);
         for (const PreparedInstruction& p : prepared.schedule.streams[sm]) {
@@ -138,9 +145,21 @@ TEST_CASE("the upload layout's tiles hold exactly the rows the page plans name",
                 CHECK(d.src_offset % 16 == 0);
                 CHECK(d.bytes % 16 == 0);
                 CHECK(d.bytes <= s.target.page_bytes);
-                CHECK((d.weight == want.weight && d.row_begin == want.row_begin && d.n_rows == want.n_rows));
-                REQUIRE(d.src_offset + d.bytes <= blob.bytes.size());
-                CHECK(std::memcmp(blob.bytes.data() + d.src_offset, w.row(want.row_begin), d.bytes) == 0);
+                CHECK((d.weight == want.weight && d.row_begin == want.row_begin && d.n_rows == want.n_rows &&
+                       d.col_begin == want.col_begin && d.n_cols == want.n_cols));
+                if (want.whole_rows()) {
+                    REQUIRE(d.src_offset + d.bytes <= blob.bytes.size());
+                    CHECK(std::memcmp(blob.bytes.data() + d.src_offset, w.row(want.row_begin), d.bytes) == 0);
+                    continue;
+                }
+                ++mma_tiles;
+                // An MMA tile: each row's piece, the blob's row stride apart.
+                const uint64_t stride = blob.weights[want.weight].row_bytes, piece = d.piece_bytes();
+                for (uint32_t r = 0; r < d.n_rows; ++r) {
+                    REQUIRE(d.src_offset + r * stride + piece <= blob.bytes.size());
+                    CHECK(std::memcmp(blob.bytes.data() + d.src_offset + r * stride,
+                                      w.row(want.row_begin + r) + want.col_byte(), piece) == 0);
+                }
             }
             for (uint32_t k = 0; k < plan.n_pages; ++k)
                 CHECK(layout.release_order[layout.release_begin[flat] + k] == plan.release_order[k]);
@@ -148,6 +167,7 @@ TEST_CASE("the upload layout's tiles hold exactly the rows the page plans name",
         }
     }
     CHECK(layout.max_pages <= s.target.n_pages);
+    CHECK((mma_tiles > 0) == prefill);  // BF16 rows of 576 columns: 480 + 96, 32 tokens
     // Every weight the device reads sits in the blob with its padded stride and shape.
     const std::vector<DeviceWeight> table = device_weights(blob, blob.bytes.data());
     for (size_t id = 0; id < table.size(); ++id) {

@@ -36,7 +36,8 @@ struct DeviceTile {
     uint32_t row_begin;
     uint32_t n_rows;
     uint32_t col_begin;   // an MMA tile's columns [col_begin, col_begin + n_cols)
-    uint32_t n_cols;      // 0: whole rows
+    uint16_t n_cols;      // 0: whole rows
+    uint16_t pass_tiles;  // an MMA tile's: the tiles of its slice a consumer holds at once (Tile::pass_tiles)
     MK_HOST_DEVICE bool whole_rows() const { return n_cols == 0; }
     MK_HOST_DEVICE uint32_t piece_bytes() const { return whole_rows() || n_rows == 0 ? bytes : bytes / n_rows; }
 };

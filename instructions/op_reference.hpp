@@ -28,7 +28,7 @@ struct OpBuffers {
     std::vector<float> rope_inv_freq;           // (head_dim / 2) fp32
     StepState step;
     uint64_t page_bytes = 4096;                 // the target the page plan is made for: small pages, so that
-    uint32_t max_pages = 4;                     // a row block streams through the same pages several times (4: a
+    uint32_t max_pages = 6;                     // a row block streams through the same pages several times (6: a
                                                 // pass of MMA tiles, page_plan.hpp; 96-column slices)
     PlanInputs plan_inputs() const { return {formats.data(), page_bytes, max_pages}; }
     uint64_t cache_index(uint32_t layer, uint32_t kv_head, int32_t pos) const {

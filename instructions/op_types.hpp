@@ -79,12 +79,14 @@ struct Access {
 
 // What the op streams through one shared-memory page: a contiguous run of whole weight rows (n_cols 0), or an MMA
 // tile, columns [col_begin, col_begin + n_cols) of up to 16 rows, packed n_cols elements apart in the page
-// (page_plan.hpp's mma_tiles_plan). `bytes` is what the page holds.
+// (page_plan.hpp's mma_tiles_plan), one of the pass_tiles tiles of its slice that a consumer holds at once.
+// `bytes` is what the page holds.
 struct Tile {
     uint32_t weight = kNoWeight;
     uint32_t row_begin = 0, n_rows = 0;
     uint64_t bytes = 0;
     uint32_t col_begin = 0, n_cols = 0;
+    uint32_t pass_tiles = 0;
     bool whole_rows() const { return n_cols == 0; }
     // Bytes of one row in the page (an MMA tile's rows are packed), and the tile's first byte within a row.
     uint64_t piece_bytes() const { return whole_rows() || n_rows == 0 ? bytes : bytes / n_rows; }
@@ -122,6 +124,10 @@ struct Cost {
     uint64_t flops = 0;
     uint64_t link_bytes = 0;  // sent to another rank (tensor parallel): costed at the link's bandwidth
     uint64_t mma_flops = 0;   // of `flops`, those a tensor-core matmul runs (mma_eligible_flops, token_rows.hpp)
+    // Prefill rows ops: the token columns each weight row meets (the block's), and whether the block follows the
+    // row block's first (its rows are the same ones another instruction of the chunk streams: gemm_tiling).
+    uint32_t token_columns = 0;
+    bool later_token_block = false;
 };
 
 }  // namespace mk

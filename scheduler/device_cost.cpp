@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "instructions/attn_partial/attn_partial.hpp"
+#include "instructions/common/page_plan.hpp"
 #include "instructions/registry.hpp"
 #include "models/quant.hpp"
 
@@ -39,9 +40,12 @@ DeviceModel device_model_h200() {
     m.sm_cols_per_ns = 50;
     m.shuffle_ns = 12;  // assumed until measured: SHFL latency ~23 cycles
     m.exp_ns = 40;      // assumed until measured: two expf (MUFU.EX2 and scaling), ~80 cycles
-    // H100/H200 SXM datasheet: 989.4 TFLOPS dense BF16 / 132 SMs (the clock it assumes; mma.sync may reach less
-    // than the wgmma peak: assumed until measured).
-    m.sm_tensor_gflops = 989400.0 / 132.0;
+    // H100/H200 SXM datasheet: 989.4 TFLOPS dense BF16, for wgmma; public Hopper microbenchmarks find the Ampere-style
+    // mma.sync (and wmma) at about half of it: 494.7 / 132 SMs (assumed until measured: calibrate.cu's mma chains).
+    m.sm_tensor_gflops = 989400.0 / 2 / 132.0;
+    // Assumed until measured (calibrate.cu's L2 fill): public H100 microbenchmarks put L2 reads at ~5.5-7 TB/s with
+    // every SM reading; the low end.
+    m.l2_gbs = 5500;
     return m;
 }
 
@@ -88,6 +92,45 @@ bool is_row_streaming(const std::string& op) {
 PagePlan plan_of(const Schedule& s, const Instruction& ins) {
     PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
     return op_info(ins.opcode).page_plan(ins, in);
+}
+
+// A prefill rows op's work as rows_math.cuh runs its page plan for a block of n tokens.
+struct RowsWork {
+    bool mma = false;           // MMA tiles on tensor cores (else whole rows, a warp's scalar dot per row and token)
+    bool normed = false;        // RMSNorm of the inputs: a pass over them for the scales first
+    uint64_t weight_bytes = 0;  // the plan's tiles
+    uint64_t input_reads = 0;   // times the block's inputs are read: once a pass (MMA tiles), once a row (whole rows)
+    uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products per k-step
+    uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
+};
+
+// `op`: the op's name (rms_* norm their inputs).
+RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
+                   const DeviceModel& m) {
+    RowsWork w;
+    w.normed = op.rfind("rms_", 0) == 0;
+    w.mma = !plan.tiles.empty() && !plan.tiles[0].whole_rows();
+    const uint32_t n = cost.token_columns;
+    const uint64_t chunk_tokens = 8ull * ((n + 7) / 8);
+    for (size_t t = 0; t < plan.tiles.size();) {
+        const Tile& first = plan.tiles[t];
+        if (!w.mma) {
+            w.weight_bytes += first.bytes, w.input_reads += first.n_rows, ++t;
+            continue;
+        }
+        const uint32_t slices = (s.weights[first.weight].cols + first.n_cols - 1) / first.n_cols;
+        const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * std::max(1u, first.pass_tiles));
+        for (; t < end; ++t) {
+            w.weight_bytes += plan.tiles[t].bytes;
+            w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * m.code.mma_products;
+        }
+        ++w.input_reads;
+    }
+    const uint32_t cols = plan.tiles.empty() ? 0 : s.weights[plan.tiles[0].weight].cols;
+    const uint64_t input_bytes = 4ull * n * cols;
+    // activation_bytes reads the inputs once and writes the outputs.
+    w.l2_bytes = cost.activation_bytes + input_bytes * (std::max<uint64_t>(w.input_reads, 1) - 1 + (w.normed ? 1 : 0));
+    return w;
 }
 
 }  // namespace
@@ -144,14 +187,61 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         const double trip_ns = c.attn_trip_load_rounds * round_ns + c.attn_trip_shuffles * m.shuffle_ns + m.exp_ns;
         t.consume_ns = std::max(heads * trips * trip_ns, kv_bytes * heads / fill_bytes_per_ns);
         t.consume_ns += heads * 2 * m.barrier_ns;  // the per-head merge's two barriers
+    } else if (cost.token_columns) {
+        // A prefill rows op: its tiles through the pages (the first token block's rows from DRAM, a later block's
+        // from L2, which the first block's instruction filled in the same wave: gemm_tiling), the inputs from L2 as
+        // often as rows_math.cuh reads them, and the dots on tensor cores (MMA tiles) or CUDA cores.
+        const PagePlan plan = plan_of(s, ins);
+        const RowsWork work = rows_work(s, name, plan, cost, m);
+        const double l2_bytes_per_ns = m.l2_gbs / s.target.n_sms;
+        const double math_ns = work.mma ? double(work.tensor_flops) / m.sm_tensor_gflops
+                                        : double(cost.flops) / s.target.sm_gflops;
+        if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
+        // A later block's rows share the SM's L2 rate with its inputs.
+        const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
+        t.consume_ns = t.prologue_ns + std::max(double(l2_bytes) / l2_bytes_per_ns, math_ns);
+        t.fill_bytes_per_ns = cost.later_token_block ? l2_bytes_per_ns : 0.0;
+        t.load_ns = double(work.weight_bytes) / (cost.later_token_block ? l2_bytes_per_ns : fill_bytes_per_ns);
+        for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
+        t.pages = std::min<uint32_t>(plan.n_pages, uint32_t(plan.tiles.size()));
     } else {
-        // Small ops (embed, attn_reduce, sample, reduce_add, transfer) and the prefill ops: their bytes at the
-        // SM's share, at least one dependent load, and the flops at the SM's rate (tensor cores' for mma_flops).
+        // Small ops (embed, attn_reduce, sample, reduce_add, transfer) and attn_rows: their bytes at the SM's share,
+        // at least one dependent load, and the flops at the SM's rate.
         const double bytes_ns = double(cost.activation_bytes + cost.weight_bytes) / fill_bytes_per_ns;
         t.consume_ns = std::max({m.l2_load_ns + bytes_ns, device_flops_ns(cost, s.target, m)});
         t.consume_ns += double(cost.link_bytes) / s.target.link_gbs;
     }
     return t;
+}
+
+const char* PrefillBounds::bound() const {
+    const double parts[4] = {dram_ms, l2_ms, tensor_ms, other_ms};
+    const char* names[4] = {"DRAM bytes", "L2 bytes", "tensor-core flops", "other flops"};
+    return names[std::max_element(parts, parts + 4) - parts];
+}
+
+PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
+    PrefillBounds b;
+    for (const auto& stream : s.streams)
+        for (const Instruction& ins : stream) {
+            const OpInfo& op = op_info(ins.opcode);
+            const Cost cost = op.cost(ins, s.dims, s.weights.data());
+            if (!cost.token_columns) {  // the other ops: their bytes from DRAM, flops on CUDA cores
+                b.dram_bytes += cost.weight_bytes + cost.activation_bytes;
+                b.other_flops += cost.flops;
+                continue;
+            }
+            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m);
+            (cost.later_token_block ? b.l2_bytes : b.dram_bytes) += work.weight_bytes;
+            b.l2_bytes += work.l2_bytes;
+            (work.mma ? b.tensor_flops : b.other_flops) += work.mma ? work.tensor_flops : cost.flops;
+        }
+    const double n = double(s.streams.size());
+    b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
+    b.l2_ms = double(b.l2_bytes) / m.l2_gbs / 1e6;
+    b.tensor_ms = double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6;
+    b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
+    return b;
 }
 
 double device_step_boundary_ns(const Target& t, const DeviceModel& m) {

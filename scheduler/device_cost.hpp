@@ -43,6 +43,10 @@ struct KernelStructure {
     bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
     uint32_t queue_depth = 8;           // instructions the loader may stage ahead of the consumers (0: no bound;
                                         // before the shared-memory queue only the pages bounded it)
+    // Prefill rows ops on MMA tiles (rows_math.cuh): each k-step takes mma_products MMAs per tile and chunk (hi and lo
+    // bf16 halves of the fp32 activations), each activation read once a pass; on whole-row tiles a warp's row dot
+    // reads every token's inputs again for each row.
+    uint32_t mma_products = 2;
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -62,6 +66,7 @@ struct DeviceModel {
     double shuffle_ns = 0;         // one dependent SHFL
     double exp_ns = 0;             // the online softmax's two expf and its bookkeeping, per trip
     double sm_tensor_gflops = 0;   // one SM's dense BF16/F16 tensor-core rate (mma.sync, fp32 accumulate)
+    double l2_gbs = 0;             // the device's L2 read bandwidth, every SM reading at once (GB/s)
     KernelStructure code;
 };
 
@@ -75,6 +80,7 @@ struct DeviceTime {
     double prologue_ns = 0;  // the part of consume_ns before the first tile (an RMSNorm pass, staging the input)
     double load_ns = 0;      // the loader filling its pages at the SM's share of bandwidth (overlaps the rest)
     std::vector<uint64_t> tile_bytes;  // the page plan's tiles, in load order (empty: no weight pages)
+    double fill_bytes_per_ns = 0;      // the loader's rate for them: 0, the SM's share of DRAM bandwidth
     uint32_t pages = 0;                // pages the instruction holds (tile t in slot t % pages)
     // Alone, with empty pages at its start: the loads overlap the consumers' path. The simulator instead runs
     // each SM's loader ahead across instructions (simulate.cpp), as the kernel does.
@@ -90,6 +96,16 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 
 // An instruction's flops on one SM: mma_flops at the tensor-core rate, the rest at the CUDA cores' (sm_gflops).
 double device_flops_ns(const Cost& cost, const Target& t, const DeviceModel& m);
+
+// What bounds a prefill step with every SM busy at once, each part's total over the step at the whole device's rate:
+// rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
+// the device code reads them), MMAs as issued (padding and hi/lo products included) and the other flops.
+struct PrefillBounds {
+    uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, other_flops = 0;
+    double dram_ms = 0, l2_ms = 0, tensor_ms = 0, other_ms = 0;
+    const char* bound() const;  // the largest part's name
+};
+PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m);
 
 // How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m);

@@ -7,8 +7,10 @@
 // go to every peer and reduce_add sums them in rank order; the LM-head slices go to rank 0, whose logits the host
 // reads.
 #include <algorithm>
+#include <functional>
 
 #include "instructions/all_ops.hpp"
+#include "instructions/common/page_plan.hpp"
 #include "models/error.hpp"
 #include "scheduler/graph_builder.hpp"
 
@@ -43,9 +45,13 @@ constexpr uint32_t kTokenBlockAlign = 16;
 //   down (M 2048, K 8192)    128 x 1 2080 MiB -> 16 x 8 (128 x 64)               512 MiB
 // 60 -> 19 GB a chunk. The CPU target (8 virtual SMs, T = 256, quantized weights) keeps 1 to 4 token blocks of
 // 64 to 256 tokens: SmolLM2-135M Q4_1 o_proj 8 x 1 -> 2 x 4, Llama-3.2-1B Q8_0 gate_up stays 8 x 1.
-// `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two.
+// `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two. Where the
+// weights stream in MMA tiles (BF16 on a GPU target), a block reads its tokens' inputs once per pass of its rows
+// (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 112 tokens,
+// 64 beyond: Llama-3.2-1B's gate_up in BF16 on the H200 target went from 187 rows x 176 tokens (6 reads in 32-row
+// pair passes) to 63 x 112 (one read), qkv from 172 x 80 to 128 x 112.
 GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint64_t row_bytes, uint64_t token_bytes,
-                       uint32_t T, uint32_t n_sms) {
+                       uint32_t T, uint32_t n_sms, const std::function<uint32_t(uint32_t)>& read_rows) {
     uint32_t M = 0;
     for (uint32_t rows : kinds) M += rows;
     GemmTiling best{block_rows(M, n_sms, align), T};
@@ -63,9 +69,10 @@ GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint6
             last_rows = rows;
             uint64_t mb = 0;
             for (uint32_t k : kinds) mb += div_up(k, rows);
+            const uint64_t reads = div_up(rows, std::min(rows, read_rows(tokens)));  // per instruction
             const uint64_t waves = div_up(uint32_t(mb * nb), n_sms);
-            const uint64_t time = waves * (tokens * token_bytes + rows * row_bytes);
-            const uint64_t bytes = mb * T * token_bytes + uint64_t(nb) * M * row_bytes;
+            const uint64_t time = waves * (reads * tokens * token_bytes + rows * row_bytes);
+            const uint64_t bytes = mb * reads * T * token_bytes + uint64_t(nb) * M * row_bytes;
             if (time < best_time || (time == best_time && bytes < best_bytes))
                 best_time = time, best_bytes = bytes, best = {rows, tokens};
         }
@@ -142,8 +149,9 @@ std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, L
                                                  const std::vector<uint32_t>& ready) {
     const ModelDims& d = graph_.dims;
     const uint32_t T = n_tok_;
-    const GemmTiling t = gemm_tiling({d.d_model}, 1, graph_.weights[layer_weight_id(l, w)].row_bytes, 4ull * cols, T,
-                                     target_.n_sms);
+    const uint32_t id = layer_weight_id(l, w);
+    const GemmTiling t = gemm_tiling({d.d_model}, 1, graph_.weights[id].row_bytes, 4ull * cols, T, target_.n_sms,
+                                     [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {id}, tokens); });
     std::vector<uint32_t> done(tp_);
     if (tp_ == 1) {
         done[0] = group(fmt::format("{}.L{}", what, l));
@@ -223,9 +231,13 @@ Graph PrefillBuilder::build() {
     const uint32_t qkv_align = d.qk_norm ? d.head_dim : 2;  // QK-norm needs whole heads; RoPE needs pairs
     const uint64_t q_row_bytes = graph_.weights[layer_weight_id(0, LayerWeight::wq)].row_bytes;
     const uint64_t gate_up_row_bytes = 2 * graph_.weights[layer_weight_id(0, LayerWeight::w_gate)].row_bytes;
+    const uint32_t wq = layer_weight_id(0, LayerWeight::wq), gate = layer_weight_id(0, LayerWeight::w_gate),
+                   up = layer_weight_id(0, LayerWeight::w_up);
     const GemmTiling qkv = gemm_tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, qkv_align, q_row_bytes, 4ull * d.d_model,
-                                       T, n_sms);
-    const GemmTiling ff = gemm_tiling({d.d_ff}, 1, gate_up_row_bytes, 4ull * d.d_model, T, n_sms);
+                                       T, n_sms, [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {wq}, tokens); });
+    const GemmTiling ff = gemm_tiling({d.d_ff}, 1, gate_up_row_bytes, 4ull * d.d_model, T, n_sms, [&](uint32_t tokens) {
+        return rows_per_input_read(plan_inputs_, {gate, up}, tokens);
+    });
     // Query blocks: enough instructions for the SMs, causal work grows with the query's index.
     const uint32_t q_parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, T), q_rows = (T + q_parts - 1) / q_parts;
     for (uint32_t l = 0; l < model_.n_layers; ++l) {

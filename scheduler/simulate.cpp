@@ -62,11 +62,13 @@ struct SmLoader {
             uint64_t total = 0;
             for (uint64_t b : p.tile_bytes) total += b;
             const double consume_per_byte = total ? (p.consume_ns - p.prologue_ns) / double(total) : 0.0;
+            const bool from_l2 = p.fill_bytes_per_ns > 0;  // a prefill token block's rows another block just read
+            const double rate = from_l2 ? p.fill_bytes_per_ns : fill_bytes_per_ns;
             for (size_t t = 0; t < p.tile_bytes.size(); ++t) {
                 const uint32_t page = order[t % pages];
                 const double issue = std::max({free_ns, page_free[page], queue_ns});
-                free_ns = issue + double(p.tile_bytes[t]) / fill_bytes_per_ns;
-                const double landed = free_ns + m.dram_load_ns;
+                free_ns = issue + double(p.tile_bytes[t]) / rate;
+                const double landed = free_ns + (from_l2 ? m.l2_load_ns : m.dram_load_ns);
                 consumer = std::max(consumer, landed) + double(p.tile_bytes[t]) * consume_per_byte;
                 page_free[page] = consumer;
             }

@@ -90,23 +90,16 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
         for (const TileShape& t : device_tile_shapes(s, *options.device))
             fmt::print("{:<28} {:>13} {:>7} {:>9} of {}\n", t.weight, t.rows_per_tile, t.tiles, t.warps_busy, t.warps);
         if (s.prefill_tokens) {  // what bounds a prefill step: every SM streaming, or every SM's math units busy
-            uint64_t weights = 0, activations = 0, mma = 0, other = 0;
-            for (const OpTotal& op : sim.ops) {
-                weights += op.weight_bytes, activations += op.activation_bytes;
-                mma += op.mma_flops, other += op.flops - op.mma_flops;
-            }
-            const double n = double(s.streams.size()), gbs = s.target.bandwidth_gbs;
-            const double parts[4] = {double(weights) / gbs / 1e6, double(activations) / gbs / 1e6,
-                                     double(mma) / (n * options.device->sm_tensor_gflops) / 1e6,
-                                     double(other) / (n * s.target.sm_gflops) / 1e6};
-            const char* names[4] = {"weights", "activations", "tensor-core flops", "other flops"};
-            const size_t bound = size_t(std::max_element(parts, parts + 4) - parts);
-            fmt::print("prefill bounds (ms, all SMs at once): weights {:.3f} ({:.2f} GB), activations read and "
-                       "written {:.3f} ({:.2f} GB, at the same {:.0f} GB/s), tensor-core flops {:.3f} ({:.2f} TFLOP at "
-                       "{:.0f} TFLOPS), other flops {:.3f} ({:.2f} TFLOP at {:.0f} TFLOPS): {} bound the step\n",
-                       parts[0], weights / 1e9, parts[1], activations / 1e9, gbs, parts[2], mma / 1e12,
-                       n * options.device->sm_tensor_gflops / 1e3, parts[3], other / 1e12, n * s.target.sm_gflops / 1e3,
-                       names[bound]);
+            const PrefillBounds b = prefill_bounds(s, *options.device);
+            const double n = double(s.streams.size());
+            fmt::print("prefill bounds (ms, all SMs at once): DRAM {:.3f} ({:.2f} GB at {:.0f} GB/s), L2 {:.3f} ({:.2f} GB "
+                       "at {:.0f} GB/s: later token blocks' rows, activations as read), tensor-core flops {:.3f} ({:.2f} "
+                       "TFLOP issued at {:.0f} TFLOPS), other flops {:.3f} ({:.2f} TFLOP at {:.0f} TFLOPS): {} bound "
+                       "the step\n",
+                       b.dram_ms, b.dram_bytes / 1e9, s.target.bandwidth_gbs, b.l2_ms, b.l2_bytes / 1e9,
+                       options.device->l2_gbs, b.tensor_ms, b.tensor_flops / 1e12,
+                       n * options.device->sm_tensor_gflops / 1e3, b.other_ms, b.other_flops / 1e12,
+                       n * s.target.sm_gflops / 1e3, b.bound());
         }
         size_t waits = 0;
         const size_t local = same_sm_waits(s, waits);

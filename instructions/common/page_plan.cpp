@@ -2,6 +2,7 @@
 #include "instructions/common/page_plan.hpp"
 
 #include <algorithm>
+#include <vector>
 #include <cstdint>
 
 #include "instructions/common/token_rows.hpp"
@@ -84,8 +85,17 @@ uint32_t mma_slice_cols(uint64_t page_bytes) {
     return uint32_t(cols);
 }
 
+uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages) {
+    // The device code's two shapes (rows_math.cuh): 8 tiles x 2 chunks a warp, or 4 x 4.
+    const uint32_t chunks = mma_chunks_per_warp(block_tokens, kMmaTeamWarps) <= 2 ? 2 : 4;
+    const uint32_t tiles = std::min({kMmaAccumulators / 4 / chunks, kMmaMaxPassTiles, max_pages});
+    return tiles / n_weights * n_weights;
+}
+
 bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens) {
-    if (in.max_pages < kMmaPassTiles || 2 * kMmaGroupRows * 32 > in.page_bytes) return false;
+    if (mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0 ||
+        2 * kMmaGroupRows * 32 > in.page_bytes)
+        return false;
     for (uint32_t id : weights) {
         const WeightFormat& w = in.weights[id];
         if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16) return false;
@@ -94,24 +104,46 @@ bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights
 }
 
 PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
-                        uint32_t n_rows) {
+                        uint32_t n_rows, uint32_t block_tokens) {
     PagePlan plan;
     const std::vector<uint32_t> ids(weights);
     for (uint32_t id : ids) check_rows(in, id, row_begin, n_rows);
     const uint32_t cols = in.weights[ids[0]].cols, width = mma_slice_cols(in.page_bytes);
     const uint32_t groups = (n_rows + kMmaGroupRows - 1) / kMmaGroupRows;
-    const uint32_t per_pass = std::max<uint32_t>(1, kMmaPassTiles / uint32_t(ids.size()));  // groups in a pass
-    for (uint32_t pass = 0; pass < groups; pass += per_pass)
+    const uint32_t n_weights = uint32_t(ids.size());
+    const uint32_t per_pass = std::max(1u, mma_pass_tiles(block_tokens, n_weights, in.max_pages) / n_weights);
+    for (uint32_t pass = 0; pass < groups; pass += per_pass) {
+        const uint32_t in_pass = (std::min(groups, pass + per_pass) - pass) * n_weights;
         for (uint32_t col = 0; col < cols; col += width)
             for (uint32_t g = pass; g < std::min(groups, pass + per_pass); ++g)
                 for (uint32_t id : ids) {
                     const uint32_t first = row_begin + g * kMmaGroupRows;
                     const uint32_t rows = std::min(kMmaGroupRows, row_begin + n_rows - first);
                     const uint32_t n_cols = std::min(width, cols - col);
-                    plan.tiles.push_back({id, first, rows, 2ull * rows * n_cols, col, n_cols});
+                    plan.tiles.push_back({id, first, rows, 2ull * rows * n_cols, col, n_cols, in_pass});
                 }
+    }
     finish_page_plan(plan, in);
     return plan;
+}
+
+uint32_t rows_per_input_read(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens) {
+    if (!use_mma_tiles(in, weights, block_tokens)) {
+        // A block too long for MMA tiles in weights that take them: the device's scalar dots read every token's
+        // inputs for each row.
+        const bool too_long = block_tokens > kMmaMaxTokens && use_mma_tiles(in, weights, kMmaMaxTokens);
+        return too_long ? 1 : UINT32_MAX;
+    }
+    const uint32_t n = uint32_t(weights.size());
+    return kMmaGroupRows * (mma_pass_tiles(block_tokens, n, in.max_pages) / n);
+}
+
+PagePlan prefill_rows_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
+                           uint32_t n_rows, uint32_t block_tokens) {
+    if (use_mma_tiles(in, weights, block_tokens)) return mma_tiles_plan(in, weights, row_begin, n_rows, block_tokens);
+    const uint32_t* id = weights.begin();
+    return weights.size() == 2 ? paired_row_tiles_plan(in, id[0], id[1], row_begin, n_rows)
+                               : row_tiles_plan(in, id[0], row_begin, n_rows);
 }
 
 uint64_t plan_weight_bytes(const PagePlan& plan) {

@@ -26,21 +26,31 @@ PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t
 uint64_t plan_weight_bytes(const PagePlan& plan);
 
 // MMA tiles, for the prefill ops' tensor-core path (token_rows.hpp's mma_eligible, rows_math.cuh): the rows in groups
-// of kMmaGroupRows, each group's columns in slices of mma_slice_cols; a pass of up to kMmaPassTiles tiles (groups of
+// of kMmaGroupRows, each group's columns in slices of mma_slice_cols; a pass of up to mma_pass_tiles tiles (groups of
 // one weight, or gate/up pairs) goes slice by slice: for each slice, for each group, each weight's tile. A consumer
-// holds one slice of its pass (kMmaPassTiles pages) while its accumulators stay in registers across the slices, so
-// it reads the activations' slice once for all the pass's rows.
+// holds one slice of its pass (that many pages) while its accumulators stay in registers across the slices, so it
+// reads the activations' slice once for all the pass's rows.
 inline constexpr uint32_t kMmaGroupRows = 16;
-inline constexpr uint32_t kMmaPassTiles = 4;
 // The widest slice whose 16 BF16 rows fit a page, a multiple of 32 columns (a warp's two k-steps) at an odd
 // multiple of 32: rows 64 bytes mod 128 apart, so the 8 lanes of a 128-bit shared load phase hit distinct banks.
 // 480 columns (15360 bytes) for 16 KiB pages.
 uint32_t mma_slice_cols(uint64_t page_bytes);
+// Tiles in each slice of a pass: the most the warps' accumulators (token_rows.hpp) and the pages allow, whole groups
+// of `n_weights` tiles; 0 when not even one group fits.
+uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages);
 // Whether an op streaming `weights` (1, or 2 paired) for a token block of `block_tokens` takes MMA tiles: every
 // weight mma_eligible, and pages enough to hold a pass's slice.
 bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens);
 // The plan: rows [row_begin, row_begin + n_rows) of each of `weights` (same shape) in MMA tiles.
 PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
-                        uint32_t n_rows);
+                        uint32_t n_rows, uint32_t block_tokens);
+// The rows a prefill rows op's token block reads its inputs once for (rows_math.cuh): an MMA pass's where the weights
+// stream in MMA tiles, one (scalar dots) where they would but the block is too long, else the whole row block
+// (UINT32_MAX: the CPU's tile kernels read a token block's inputs once a tile).
+uint32_t rows_per_input_read(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens);
+// A prefill rows op's plan for a token block of `block_tokens`: MMA tiles where use_mma_tiles, else whole rows
+// (paired for two weights).
+PagePlan prefill_rows_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
+                           uint32_t n_rows, uint32_t block_tokens);
 
 }  // namespace mk

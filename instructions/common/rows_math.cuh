@@ -54,30 +54,28 @@ __device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
 
 // The tensor-core dots of an MMA tile plan (page_plan.hpp): visit(tile, row, j, dot) for every weight row and token
 // j < n, called by the lane that holds the dot. A pass's groups (16 rows each; gate/up pairs) go slice by slice: the
-// team holds the pass's tiles of one slice; a warp keeps fp32 accumulators for its 8-token chunks (chunk c, c +
-// n_warps, ...: at most kMmaChunksPerWarp) over every slice, so each activation is read once a pass. Weights are A
-// (16 rows x 16 k, from the page), tokens B (16 k x 8 tokens, hi and lo halves: two MMAs). Within each 32 columns a
-// lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a permuted k order,
-// the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the fragment's k = 2t, 2t+1,
-// 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the fragment layout).
-template <class Tiles, class Column, class Visit>
+// team holds the pass's tiles of one slice (Tile::pass_tiles, at most kTiles); a warp keeps fp32 accumulators for its
+// 8-token chunks (chunk w, w + n_warps, ...: at most kChunks) over every slice, so each activation is read once a
+// pass. Weights are A (16 rows x 16 k, from the page), tokens B (16 k x 8 tokens, hi and lo halves: two MMAs). Within
+// each 32 columns a lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a
+// permuted k order, the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the
+// fragment's k = 2t, 2t+1, 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the layout).
+template <uint32_t kTiles, uint32_t kChunks, class Tiles, class Column, class Visit>
 __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                           uint32_t cols, Column&& column, Visit&& visit) {
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
-    const uint32_t n_tiles = tiles.count();
-    const uint32_t n_weights = n_tiles > 1 && tiles.info(1).weight != tiles.info(0).weight ? 2 : 1;
-    const uint32_t n_slices = (cols + tiles.info(0).n_cols - 1) / tiles.info(0).n_cols;
-    const uint32_t per_pass = kMmaPassTiles / n_weights, groups = n_tiles / (n_slices * n_weights);
     const uint32_t chunks = (n + 7) / 8;
-    for (uint32_t first = 0, base = 0; first < groups; first += per_pass) {
-        const uint32_t in_pass = min(per_pass, groups - first) * n_weights;  // the pass's tiles in each slice
-        float acc[kMmaPassTiles][kMmaChunksPerWarp][4] = {};
+    for (uint32_t base = 0; base < tiles.count();) {
+        // The plan's pass width: at most kTiles, as page_plan.cpp's mma_pass_tiles sizes it for >= 7 warps.
+        const uint32_t in_pass = tiles.info(base).pass_tiles;
+        const uint32_t n_slices = (cols + tiles.info(base).n_cols - 1) / tiles.info(base).n_cols;
+        float acc[kTiles][kChunks][4] = {};
         for (uint32_t s = 0; s < n_slices; ++s) {
             const uint32_t t0 = base + s * in_pass;
-            const uint8_t* page[kMmaPassTiles] = {};
-            uint32_t pitch[kMmaPassTiles] = {}, rows[kMmaPassTiles] = {};
+            const uint8_t* page[kTiles] = {};
+            uint32_t pitch[kTiles] = {}, rows[kTiles] = {};
 #pragma unroll
-            for (uint32_t i = 0; i < kMmaPassTiles; ++i)
+            for (uint32_t i = 0; i < kTiles; ++i)
                 if (i < in_pass) {
                     page[i] = tiles.acquire(t0 + i);
                     const DeviceTile& tile = tiles.info(t0 + i);
@@ -86,9 +84,9 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                 }
             const uint32_t col0 = tiles.info(t0).col_begin, width = tiles.info(t0).n_cols;
             for (uint32_t k0 = 0; k0 < width; k0 += 32) {
-                uint32_t hi[kMmaChunksPerWarp][4], lo[kMmaChunksPerWarp][4];  // this lane's token: columns 8t..8t+7
+                uint32_t hi[kChunks][4], lo[kChunks][4];  // this lane's token: columns 8t..8t+7, as bf16 pairs
 #pragma unroll
-                for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c) {
+                for (uint32_t c = 0; c < kChunks; ++c) {
                     const uint32_t j = (warp + c * n_warps) * 8 + g;
                     const auto x = column(j < n ? j : 0);
 #pragma unroll
@@ -103,7 +101,7 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                     }
                 }
 #pragma unroll
-                for (uint32_t i = 0; i < kMmaPassTiles; ++i) {
+                for (uint32_t i = 0; i < kTiles; ++i) {
                     if (i >= in_pass) continue;
                     const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
                     const uint4 zero{0, 0, 0, 0};
@@ -111,7 +109,7 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                     const uint4 r1 = g + 8 < rows[i] ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch[i]) : zero;
                     const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
 #pragma unroll
-                    for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c) {
+                    for (uint32_t c = 0; c < kChunks; ++c) {
                         if (warp + c * n_warps >= chunks) continue;  // the same for the whole warp
                         float(&d)[4] = acc[i][c];
                         ptx::mma_m16n8k16_bf16(d, a0, {hi[c][0], hi[c][1]}, d);
@@ -122,16 +120,16 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                 }
             }
 #pragma unroll
-            for (uint32_t i = 0; i < kMmaPassTiles; ++i)
+            for (uint32_t i = 0; i < kTiles; ++i)
                 if (i < in_pass) tiles.release(t0 + i);
         }
         // The accumulator fragment: this lane holds rows g, g + 8 of each tile for tokens 2t, 2t + 1 of each chunk.
 #pragma unroll
-        for (uint32_t i = 0; i < kMmaPassTiles; ++i) {
+        for (uint32_t i = 0; i < kTiles; ++i) {
             if (i >= in_pass) continue;
             const DeviceTile& tile = tiles.info(base + i);
 #pragma unroll
-            for (uint32_t c = 0; c < kMmaChunksPerWarp; ++c)
+            for (uint32_t c = 0; c < kChunks; ++c)
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     const uint32_t r = g + 8 * (e / 2), j = (warp + c * n_warps) * 8 + 2 * t + e % 2;
@@ -150,8 +148,12 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
 template <class Tiles, class Column, class Visit>
 __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                               uint32_t cols, Column&& column, Visit&& visit) {
-    if (tiles.count() && !tiles.info(0).whole_rows())
-        return mma_row_token_dots(ctx, team, tiles, n, cols, column, visit);
+    if (tiles.count() && !tiles.info(0).whole_rows()) {
+        // The page plan's passes hold 8 tiles where 7 warps need at most 2 chunks each, else 4 (page_plan.cpp).
+        if (mma_chunks_per_warp(n, team.n_warps()) <= 2)
+            return mma_row_token_dots<8, 2>(ctx, team, tiles, n, cols, column, visit);
+        return mma_row_token_dots<4, 4>(ctx, team, tiles, n, cols, column, visit);
+    }
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {
                           for (uint32_t j = 0; j < n; ++j) {

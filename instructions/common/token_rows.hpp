@@ -47,10 +47,17 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
 // on CUDA cores. The ops' cost() reports those flops apart, for the device cost model. F16 stays scalar: its
 // activations would need f16 (5-bit exponent) halves, which overflow past 65504.
 inline constexpr uint32_t kMmaMinTokens = 8;
-// A warp keeps accumulators for kMmaChunksPerWarp 8-token chunks; the interpreter has 7 consumer warps and the
-// kernel-per-op baseline 8, so 7 * 4 * 8 = 224 tokens is what every team holds at once.
-inline constexpr uint32_t kMmaChunksPerWarp = 4;
-inline constexpr uint32_t kMmaMaxTokens = 7 * kMmaChunksPerWarp * 8;
+// A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators; a
+// pass holds at most kMmaMaxPassTiles pages. The interpreter has 7 consumer warps and the kernel-per-op baseline 8,
+// so 7 warps' chunks bound what a team holds: 4 chunks a warp, 224 tokens, in passes of 4 tiles; 112 tokens (2
+// chunks a warp) in passes of 8.
+inline constexpr uint32_t kMmaAccumulators = 64;
+inline constexpr uint32_t kMmaMaxPassTiles = 8;
+inline constexpr uint32_t kMmaTeamWarps = 7;
+inline constexpr uint32_t kMmaMaxTokens = kMmaTeamWarps * 8 * (kMmaAccumulators / 4 / 4);
+MK_HOST_DEVICE inline uint32_t mma_chunks_per_warp(uint32_t tokens, uint32_t n_warps) {
+    return ((tokens + 7) / 8 + n_warps - 1) / n_warps;
+}
 MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
     return dtype == uint32_t(DType::BF16) && cols % 32 == 0 && block_tokens >= kMmaMinTokens &&
            block_tokens <= kMmaMaxTokens;

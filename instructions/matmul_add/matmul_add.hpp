@@ -38,14 +38,15 @@ struct MatmulAddOp {
     static std::vector<uint32_t> weights(const Instruction& ins) { return {decode_args<MatmulAddArgs>(ins).weight}; }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<MatmulAddArgs>(ins);
-        if (use_mma_tiles(in, {a.weight}, a.tokens().count())) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
-        return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
+        return prefill_rows_plan(in, {a.weight}, a.row_begin, a.n_rows, a.tokens().count());
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<MatmulAddArgs>(ins);
         const uint64_t n = a.tokens().count();
         Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * n * (a.cols + 2 * a.n_rows), 2ull * n * a.n_rows * a.cols};
         c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
+        c.token_columns = uint32_t(n);
+        c.later_token_block = a.tokens().begin > 0;
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

@@ -42,9 +42,7 @@ struct RmsGateUpRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
-        if (use_mma_tiles(in, {a.gate, a.up}, a.tokens().count()))
-            return mma_tiles_plan(in, {a.gate, a.up}, a.row_begin, a.n_rows);
-        return paired_row_tiles_plan(in, a.gate, a.up, a.row_begin, a.n_rows);
+        return prefill_rows_plan(in, {a.gate, a.up}, a.row_begin, a.n_rows, a.tokens().count());
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsGateUpRowsArgs>(ins);
@@ -52,6 +50,8 @@ struct RmsGateUpRowsOp {
         Cost c{uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * n * (a.d_model + a.n_rows),
                4ull * n * a.n_rows * a.d_model};
         c.mma_flops = mma_eligible_flops(w[a.gate], uint32_t(n), c.flops);
+        c.token_columns = uint32_t(n);
+        c.later_token_block = a.tokens().begin > 0;
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

@@ -36,8 +36,7 @@ struct RmsLmHeadRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsLmHeadRowsArgs>(ins);
-        if (use_mma_tiles(in, {a.weight}, a.all ? a.n_tok : 1)) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
-        return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
+        return prefill_rows_plan(in, {a.weight}, a.row_begin, a.n_rows, a.all ? a.n_tok : 1);
     }
     static Cost cost(const Instruction& ins, const ModelDims&, const WeightFormat* w) {
         auto a = decode_args<RmsLmHeadRowsArgs>(ins);
@@ -45,6 +44,7 @@ struct RmsLmHeadRowsOp {
         Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * cols * (a.d_model + a.n_rows),
                2ull * cols * a.n_rows * a.d_model};
         c.mma_flops = mma_eligible_flops(w[a.weight], cols, c.flops);
+        c.token_columns = uint32_t(cols);
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

@@ -54,8 +54,7 @@ struct RmsQkvRowsOp {
     }
     static PagePlan page_plan(const Instruction& ins, const PlanInputs& in) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
-        if (use_mma_tiles(in, {a.weight}, a.tokens().count())) return mma_tiles_plan(in, {a.weight}, a.row_begin, a.n_rows);
-        return row_tiles_plan(in, a.weight, a.row_begin, a.n_rows);
+        return prefill_rows_plan(in, {a.weight}, a.row_begin, a.n_rows, a.tokens().count());
     }
     static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat* w) {
         auto a = decode_args<RmsQkvRowsArgs>(ins);
@@ -64,6 +63,8 @@ struct RmsQkvRowsOp {
         const uint64_t n = a.tokens().count();
         Cost c{rows * w[a.weight].row_bytes, n * (4ull * a.d_model + out_bytes * rows), 2ull * n * rows * a.d_model};
         c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
+        c.token_columns = uint32_t(n);
+        c.later_token_block = a.tokens().begin > 0;
         return c;
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);

@@ -490,14 +490,14 @@ Calibration run_calibration() {
         c.observations.push_back({"sm_fill_gbs", gbs(1, per_sm_pages, src_pages), "GB/s",
                                   fmt::format("one SM alone filling {} 16 KiB pages through a ring of 8 with "
                                               "cp.async.bulk (the loader's copies)", per_sm_pages)});
-        // What a prefill chunk's re-reads would cost if L2 serves them (its activations, <= 16 MiB, are read by every
-        // row block; bench/RESULTS.md, "after GEMM tiling"): every SM filling pages from one 16 MiB buffer that the
-        // median's earlier runs left in the 50 MB L2. An observation until the cost model prices re-reads with it.
+        // What a prefill chunk's re-reads cost (its activations, <= 16 MiB, read by every row block, and the rows a
+        // later token block streams again: device_cost.cpp): every SM filling pages from one 16 MiB buffer that the
+        // median's earlier runs left in the 50 MB L2.
         const uint32_t l2_pages = scaled((16u << 20) / kPageBytes, 4);
-        c.observations.push_back({"l2_fill_gbs", gbs(all, all_pages, std::min(l2_pages, src_pages)), "GB/s",
-                                  fmt::format("{} SMs at once, each filling {} 16 KiB pages with cp.async.bulk from one "
-                                              "{} KiB buffer (L2-resident after the first run)",
-                                              all, all_pages, std::min(l2_pages, src_pages) * kPageBytes / 1024)});
+        constant("l2_gbs", gbs(all, all_pages, std::min(l2_pages, src_pages)),
+                 fmt::format("{} SMs at once, each filling {} 16 KiB pages with cp.async.bulk from one {} KiB buffer "
+                             "(L2-resident after the first run)",
+                             all, all_pages, std::min(l2_pages, src_pages) * kPageBytes / 1024));
         constant("bandwidth_gbs", gbs(all, all_pages, src_pages),
                  fmt::format("{} SMs at once, each filling {} 16 KiB pages of its own share through a ring of 8 with "
                              "cp.async.bulk: bytes over the first start to the last end", all, all_pages));

@@ -48,10 +48,11 @@ DeviceTile device_tile(const Tile& t, const WeightBlob& blob, const std::string&
     const DeviceWeight& w = blob.weights.at(t.weight);
     const uint64_t src = blob.offsets.at(t.weight) + uint64_t(t.row_begin) * w.row_bytes + t.col_byte();
     if (blob.offsets[t.weight] == WeightBlob::kAbsent || src % kDeviceRowAlign || t.bytes % kDeviceRowAlign ||
-        t.piece_bytes() % kDeviceRowAlign || (!t.whole_rows() && w.row_bytes % kDeviceRowAlign) || t.bytes > UINT32_MAX)
-        fail("{}: tile of weight {} rows [{}, {}) ({} bytes at offset {}) is not a 16-byte bulk copy", what, t.weight,
+        t.piece_bytes() % kDeviceRowAlign || (!t.whole_rows() && w.row_bytes % kDeviceRowAlign) || t.bytes > UINT32_MAX ||
+        t.n_cols > UINT16_MAX || t.pass_tiles > UINT16_MAX)
+        fail("{}: tile of weight {} rows [{}, {}) ({} bytes at offset {}) is not a 16-byte bulk copy or too wide", what, t.weight,
              t.row_begin, t.row_begin + t.n_rows, t.bytes, src);
-    return {src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows, t.col_begin, t.n_cols};
+    return {src, uint32_t(t.bytes), t.weight, t.row_begin, t.n_rows, t.col_begin, uint16_t(t.n_cols), uint16_t(t.pass_tiles)};
 }
 
 UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prepared, const WeightBlob& blob,

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "instructions/common/token_rows.hpp"
+#include "instructions/matmul_add/matmul_add.hpp"
 #include "scheduler/device_cost.hpp"
 #include "scheduler/simulate.hpp"
 #include "tests/scheduler/tiny_schedule.hpp"
@@ -174,9 +175,15 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
 TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
     WeightFormat bf16{uint32_t(DType::BF16), 64, 32, 64};
     WeightFormat q8{uint32_t(DType::Q8_0), 64, 32, 34};
-    // BF16/F16 weights times at least one n8 fragment of tokens run on tensor cores; else on CUDA cores.
+    // BF16 weights times 8 to 224 tokens (one n8 fragment to 4 chunks a warp on 7 warps) run on tensor cores; else
+    // (F16 too) on CUDA cores.
+    WeightFormat f16 = bf16;
+    f16.dtype = uint32_t(DType::F16);
     CHECK(mma_eligible_flops(bf16, 8, 4096) == 4096);
+    CHECK(mma_eligible_flops(bf16, 224, 4096) == 4096);
     CHECK(mma_eligible_flops(bf16, 7, 4096) == 0);
+    CHECK(mma_eligible_flops(bf16, 225, 4096) == 0);
+    CHECK(mma_eligible_flops(f16, 64, 4096) == 0);
     CHECK(mma_eligible_flops(q8, 64, 4096) == 0);
     Target t;
     t.sm_gflops = 10.0;  // 10 flops/ns
@@ -217,4 +224,55 @@ TEST_CASE("device cost: a bf16 KV cache halves attention's K/V bytes", "[cpu]") 
     // rms_qkv: the d_model fp32 input (16 bytes) and two K elements, 4 bytes each or 2.
     CHECK(qkv_f32.activation_bytes == 16 + 8);
     CHECK(qkv_op.cost(k_rows, s.dims, s.weights.data()).activation_bytes == 16 + 4);
+}
+
+// A prefill matmul (64 rows x 1024 columns, 32 tokens) as rows_math.cuh runs it. MMA tiles (BF16): 4 groups of 16 rows
+// in one pass (8 tiles a slice allowed: 4 chunks of 8 tokens, 1 a warp), slices of 480, 480 and 64 columns; the inputs
+// read once; MMAs as issued, hi and lo: 2 x 16 x 1024 x 32 x 2 a group. Whole rows (F32): the inputs read once a row,
+// the dots on CUDA cores.
+TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]") {
+    Schedule s = tiny_schedule(2, 0);
+    s.target.page_bytes = 16384;
+    s.target.n_pages = 8;
+    s.target.bandwidth_gbs = 100.0;  // 50 bytes/ns per SM
+    s.target.sm_gflops = 10.0;
+    const uint32_t wo = layer_weight_id(0, LayerWeight::wo);
+    s.weights[wo] = {uint32_t(DType::BF16), 64, 1024, 2048};
+    DeviceModel m = round_model();
+    m.l2_gbs = 200.0;             // 100 bytes/ns per SM
+    m.sm_tensor_gflops = 1000.0;  // 1000 flops/ns
+    const Instruction first = make_instruction<MatmulAddOp>(MatmulAddArgs{wo, 0, 64, 1024, 0, 0, 64, 32, 0, 0, 0});
+    DeviceTime t = device_instruction_time(s, first, 0, m);
+    CHECK(t.tile_bytes.size() == 12);
+    CHECK(t.pages == 8);
+    CHECK(t.fill_bytes_per_ns == 0.0);           // the first token block's rows come from DRAM
+    CHECK(t.load_ns == Approx(131072.0 / 50.0));  // 64 rows of 2048 bytes
+    // L2: the inputs and x read and written, 4 x 32 x (1024 + 2 x 64) = 147456 bytes (1474.6 ns) < the MMAs.
+    CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 32 * 2 / 1000.0));
+
+    // A later token block (16 tokens): its rows from L2, sharing the SM's L2 rate with its inputs.
+    const Instruction later = make_instruction<MatmulAddOp>(MatmulAddArgs{wo, 0, 64, 1024, 0, 0, 64, 32, 0, 16, 16});
+    t = device_instruction_time(s, later, 0, m);
+    CHECK(t.fill_bytes_per_ns == Approx(100.0));
+    CHECK(t.load_ns == Approx(131072.0 / 100.0));
+    CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 16 * 2 / 1000.0));  // 4194 ns > (73728 + 131072) / 100
+    m.sm_tensor_gflops = 10000.0;  // faster tensor cores: the L2 bytes bound it
+    CHECK(device_instruction_time(s, later, 0, m).consume_ns == Approx((4.0 * 16 * (1024 + 128) + 131072) / 100.0));
+    m.sm_tensor_gflops = 1000.0;
+
+    s.streams[0].push_back(first);
+    const PrefillBounds b = prefill_bounds(s, m);
+    CHECK(b.dram_bytes == 131072);
+    CHECK(b.l2_bytes == 147456);
+    CHECK(b.tensor_flops == 4ull * 2 * 16 * 1024 * 32 * 2);
+    CHECK(std::string(b.bound()) == "tensor-core flops");
+
+    // F32 weights: whole rows (4 a page), each row's dots read all 32 tokens' inputs again: 63 more reads of
+    // 4 x 32 x 1024 bytes; 2 x 32 x 64 x 1024 flops at 10 flops/ns bound it.
+    s.weights[wo] = {uint32_t(DType::F32), 64, 1024, 4096};
+    t = device_instruction_time(s, first, 0, m);
+    CHECK(t.tile_bytes.size() == 16);
+    CHECK(t.consume_ns == Approx(2.0 * 32 * 64 * 1024 / 10.0));
+    s.target.sm_gflops = 1e6;  // free flops: the L2 bytes
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx((147456.0 + 63.0 * 4 * 32 * 1024) / 100.0));
 }

@@ -4,7 +4,6 @@
 // cores (mma.sync m16n8k16); whole-row tiles take scalar fp32 dots (row_dot) for every format.
 #pragma once
 #include "instructions/common/device_math.cuh"
-#include "instructions/common/page_plan.hpp"
 #include "instructions/common/ptx.cuh"
 #include "instructions/common/token_rows.hpp"
 

@@ -47,9 +47,9 @@ constexpr uint32_t kTokenBlockAlign = 16;
 // 64 to 256 tokens: SmolLM2-135M Q4_1 o_proj 8 x 1 -> 2 x 4, Llama-3.2-1B Q8_0 gate_up stays 8 x 1.
 // `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two. Where the
 // weights stream in MMA tiles (BF16 on a GPU target), a block reads its tokens' inputs once per pass of its rows
-// (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 112 tokens,
-// 64 beyond: Llama-3.2-1B's gate_up in BF16 on the H200 target went from 187 rows x 176 tokens (6 reads in 32-row
-// pair passes) to 63 x 112 (one read), qkv from 172 x 80 to 128 x 112.
+// (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 56 tokens,
+// 64 up to 112, none beyond (scalar dots read the inputs once a row): Llama-3.2-1B's gate_up in BF16 on the H200
+// target went from 187 rows x 176 tokens to 679 x 32, qkv from 172 x 80 to 256 x 32.
 GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint64_t row_bytes, uint64_t token_bytes,
                        uint32_t T, uint32_t n_sms, const std::function<uint32_t(uint32_t)>& read_rows) {
     uint32_t M = 0;

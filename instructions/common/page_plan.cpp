@@ -86,8 +86,8 @@ uint32_t mma_slice_cols(uint64_t page_bytes) {
 }
 
 uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages) {
-    // The device code's two shapes (rows_math.cuh): 8 tiles x 2 chunks a warp, or 4 x 4.
-    const uint32_t chunks = mma_chunks_per_warp(block_tokens, kMmaTeamWarps) <= 2 ? 2 : 4;
+    // The device code's shapes (rows_math.cuh): 8 tiles x 1 chunk a warp, or 4 x 2.
+    const uint32_t chunks = mma_chunks_per_warp(block_tokens, kMmaTeamWarps) <= 1 ? 1 : kMmaMaxChunks;
     const uint32_t tiles = std::min({kMmaAccumulators / 4 / chunks, kMmaMaxPassTiles, max_pages});
     return tiles / n_weights * n_weights;
 }

@@ -44,6 +44,9 @@ __device__ inline void rms_scales(const float* x, uint32_t width, uint32_t n, fl
     team.sync();
 }
 
+// The rows of an MMA tile's group (page_plan.hpp's kMmaGroupRows): the m16 of mma.m16n8k16.
+inline constexpr uint32_t kMmaRows = 16;
+
 // x = hi + lo as two bf16 values (hi rounded to nearest, lo the remainder rounded): the weight's two exact products
 // with them keep the dot within ~2^-17 of fp32 per element, where x in one bf16 would lose 2^-9.
 __device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
@@ -71,22 +74,26 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
         float acc[kTiles][kChunks][4] = {};
         for (uint32_t s = 0; s < n_slices; ++s) {
             const uint32_t t0 = base + s * in_pass;
+            // Registers are short (the interpreter kernel runs every op): the slice's tiles share a pitch (the same
+            // columns of weights of one shape), and only the pass's last group (its last n_weights tiles) may have
+            // fewer than 16 rows.
             const uint8_t* page[kTiles] = {};
-            uint32_t pitch[kTiles] = {}, rows[kTiles] = {};
 #pragma unroll
             for (uint32_t i = 0; i < kTiles; ++i)
-                if (i < in_pass) {
-                    page[i] = tiles.acquire(t0 + i);
-                    const DeviceTile& tile = tiles.info(t0 + i);
-                    pitch[i] = tiles.pitch(t0 + i, ctx.weights[tile.weight].row_bytes);
-                    rows[i] = tile.n_rows;
-                }
-            const uint32_t col0 = tiles.info(t0).col_begin, width = tiles.info(t0).n_cols;
+                if (i < in_pass) page[i] = tiles.acquire(t0 + i);
+            const DeviceTile& first = tiles.info(t0);
+            const uint32_t pitch = tiles.pitch(t0, ctx.weights[first.weight].row_bytes);
+            const uint32_t last_rows = tiles.info(t0 + in_pass - 1).n_rows;
+            const uint32_t full_tiles = in_pass - (in_pass > 1 && tiles.info(t0 + 1).weight != first.weight ? 2 : 1);
+            const uint32_t col0 = first.col_begin, width = first.n_cols;
             for (uint32_t k0 = 0; k0 < width; k0 += 32) {
-                uint32_t hi[kChunks][4], lo[kChunks][4];  // this lane's token: columns 8t..8t+7, as bf16 pairs
+                // Chunk by chunk: its token's columns 8t..8t+7 as bf16 pairs (hi and lo), against every tile's rows
+                // g and g + 8 (one 128-bit load each): registers for one chunk's B at a time beside the accumulators.
 #pragma unroll
                 for (uint32_t c = 0; c < kChunks; ++c) {
+                    if (warp + c * n_warps >= chunks) continue;  // the same for the whole warp
                     const uint32_t j = (warp + c * n_warps) * 8 + g;
+                    uint32_t hi[4], lo[4];
                     const auto x = column(j < n ? j : 0);
 #pragma unroll
                     for (uint32_t e = 0; e < 4; ++e) {
@@ -95,26 +102,23 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                             split_bf16(x.at(col0 + k0 + 8 * t + 2 * e), h0, l0);
                             split_bf16(x.at(col0 + k0 + 8 * t + 2 * e + 1), h1, l1);
                         }
-                        hi[c][e] = uint32_t(h0) | uint32_t(h1) << 16;
-                        lo[c][e] = uint32_t(l0) | uint32_t(l1) << 16;
+                        hi[e] = uint32_t(h0) | uint32_t(h1) << 16;
+                        lo[e] = uint32_t(l0) | uint32_t(l1) << 16;
                     }
-                }
 #pragma unroll
-                for (uint32_t i = 0; i < kTiles; ++i) {
-                    if (i >= in_pass) continue;
-                    const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
-                    const uint4 zero{0, 0, 0, 0};
-                    const uint4 r0 = g < rows[i] ? *reinterpret_cast<const uint4*>(p + g * pitch[i]) : zero;
-                    const uint4 r1 = g + 8 < rows[i] ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch[i]) : zero;
-                    const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
-#pragma unroll
-                    for (uint32_t c = 0; c < kChunks; ++c) {
-                        if (warp + c * n_warps >= chunks) continue;  // the same for the whole warp
+                    for (uint32_t i = 0; i < kTiles; ++i) {
+                        if (i >= in_pass) continue;
+                        const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
+                        const uint32_t rows = i < full_tiles ? kMmaRows : last_rows;
+                        const uint4 zero{0, 0, 0, 0};
+                        const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
+                        const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
+                        const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                         float(&d)[4] = acc[i][c];
-                        ptx::mma_m16n8k16_bf16(d, a0, {hi[c][0], hi[c][1]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a0, {lo[c][0], lo[c][1]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a1, {hi[c][2], hi[c][3]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a1, {lo[c][2], lo[c][3]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a0, {hi[0], hi[1]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a0, {lo[0], lo[1]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a1, {hi[2], hi[3]}, d);
+                        ptx::mma_m16n8k16_bf16(d, a1, {lo[2], lo[3]}, d);
                     }
                 }
             }
@@ -123,17 +127,23 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                 if (i < in_pass) tiles.release(t0 + i);
         }
         // The accumulator fragment: this lane holds rows g, g + 8 of each tile for tokens 2t, 2t + 1 of each chunk.
-#pragma unroll
-        for (uint32_t i = 0; i < kTiles; ++i) {
-            if (i >= in_pass) continue;
+        // One tile at a time, the next ones shifted down: one inlined copy of the visit, not kTiles (registers).
+#pragma unroll 1
+        for (uint32_t i = 0; i < in_pass; ++i) {
             const DeviceTile& tile = tiles.info(base + i);
 #pragma unroll
             for (uint32_t c = 0; c < kChunks; ++c)
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     const uint32_t r = g + 8 * (e / 2), j = (warp + c * n_warps) * 8 + 2 * t + e % 2;
-                    if (r < tile.n_rows && j < n) visit(tile, tile.row_begin + r, j, acc[i][c][e]);
+                    if (r < tile.n_rows && j < n) visit(tile, tile.row_begin + r, j, acc[0][c][e]);
                 }
+#pragma unroll
+            for (uint32_t k = 0; k + 1 < kTiles; ++k)
+#pragma unroll
+                for (uint32_t c = 0; c < kChunks; ++c)
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; ++e) acc[k][c][e] = acc[k + 1][c][e];
         }
         base += n_slices * in_pass;
     }
@@ -148,10 +158,10 @@ template <class Tiles, class Column, class Visit>
 __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                               uint32_t cols, Column&& column, Visit&& visit) {
     if (tiles.count() && !tiles.info(0).whole_rows()) {
-        // The page plan's passes hold 8 tiles where 7 warps need at most 2 chunks each, else 4 (page_plan.cpp).
-        if (mma_chunks_per_warp(n, team.n_warps()) <= 2)
-            return mma_row_token_dots<8, 2>(ctx, team, tiles, n, cols, column, visit);
-        return mma_row_token_dots<4, 4>(ctx, team, tiles, n, cols, column, visit);
+        // The page plan's passes hold 8 tiles where 7 warps need 1 chunk each, else 4 for 2 (page_plan.cpp).
+        if (mma_chunks_per_warp(n, team.n_warps()) <= 1)
+            return mma_row_token_dots<8, 1>(ctx, team, tiles, n, cols, column, visit);
+        return mma_row_token_dots<4, 2>(ctx, team, tiles, n, cols, column, visit);
     }
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {

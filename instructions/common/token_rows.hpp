@@ -47,14 +47,16 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
 // on CUDA cores. The ops' cost() reports those flops apart, for the device cost model. F16 stays scalar: its
 // activations would need f16 (5-bit exponent) halves, which overflow past 65504.
 inline constexpr uint32_t kMmaMinTokens = 8;
-// A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators; a
-// pass holds at most kMmaMaxPassTiles pages. The interpreter has 7 consumer warps and the kernel-per-op baseline 8,
-// so 7 warps' chunks bound what a team holds: 4 chunks a warp, 224 tokens, in passes of 4 tiles; 112 tokens (2
-// chunks a warp) in passes of 8.
-inline constexpr uint32_t kMmaAccumulators = 64;
+// A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators, for
+// at most kMmaMaxChunks chunks; a pass holds at most kMmaMaxPassTiles pages. Registers bound both: the interpreter
+// kernel runs every op and used 242 before the MMA code; 64 accumulators, or 4 chunks a warp (their inputs' hi and
+// lo halves in flight), spilled. The interpreter has 7 consumer warps and the kernel-per-op baseline 8, so 7 warps'
+// chunks bound what a team holds: 1 chunk a warp (56 tokens) in passes of 8 tiles, 2 (112) in passes of 4.
+inline constexpr uint32_t kMmaAccumulators = 32;
+inline constexpr uint32_t kMmaMaxChunks = 2;
 inline constexpr uint32_t kMmaMaxPassTiles = 8;
 inline constexpr uint32_t kMmaTeamWarps = 7;
-inline constexpr uint32_t kMmaMaxTokens = kMmaTeamWarps * 8 * (kMmaAccumulators / 4 / 4);
+inline constexpr uint32_t kMmaMaxTokens = kMmaTeamWarps * 8 * kMmaMaxChunks;
 MK_HOST_DEVICE inline uint32_t mma_chunks_per_warp(uint32_t tokens, uint32_t n_warps) {
     return ((tokens + 7) / 8 + n_warps - 1) / n_warps;
 }

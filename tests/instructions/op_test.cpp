@@ -206,7 +206,7 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
 }
 
 // The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
-// such plans for every prefill rows op (BF16, 8 to 224 tokens), or the emulated device code they check is the
+// such plans for every prefill rows op (BF16, 8 to 112 tokens), or the emulated device code they check is the
 // scalar path alone. Each case's plan is also checked against its weights: 16-row groups, slices that tile the rows.
 TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
     for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {

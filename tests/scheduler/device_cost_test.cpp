@@ -175,14 +175,14 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
 TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
     WeightFormat bf16{uint32_t(DType::BF16), 64, 32, 64};
     WeightFormat q8{uint32_t(DType::Q8_0), 64, 32, 34};
-    // BF16 weights times 8 to 224 tokens (one n8 fragment to 4 chunks a warp on 7 warps) run on tensor cores; else
+    // BF16 weights times 8 to 112 tokens (one n8 fragment to 2 chunks a warp on 7 warps) run on tensor cores; else
     // (F16 too) on CUDA cores.
     WeightFormat f16 = bf16;
     f16.dtype = uint32_t(DType::F16);
     CHECK(mma_eligible_flops(bf16, 8, 4096) == 4096);
-    CHECK(mma_eligible_flops(bf16, 224, 4096) == 4096);
+    CHECK(mma_eligible_flops(bf16, 112, 4096) == 4096);
     CHECK(mma_eligible_flops(bf16, 7, 4096) == 0);
-    CHECK(mma_eligible_flops(bf16, 225, 4096) == 0);
+    CHECK(mma_eligible_flops(bf16, 113, 4096) == 0);
     CHECK(mma_eligible_flops(f16, 64, 4096) == 0);
     CHECK(mma_eligible_flops(q8, 64, 4096) == 0);
     Target t;

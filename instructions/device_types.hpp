@@ -43,6 +43,16 @@ struct DeviceTile {
 };
 static_assert(sizeof(DeviceTile) == 32);
 
+// A tile's contiguous pieces, f(blob offset, offset in the page, bytes): whole rows in one, an MMA tile one per row
+// (its rows' pieces `row_bytes` apart in the blob, its weight's stride, and packed in the page). The loader's bulk
+// copies and the L2 prefetches both go piece by piece.
+template <class F>
+MK_HOST_DEVICE void for_each_tile_piece(const DeviceTile& tile, uint64_t row_bytes, F&& f) {
+    if (tile.whole_rows()) return f(tile.src_offset, 0u, tile.bytes);
+    const uint32_t piece = tile.piece_bytes();
+    for (uint32_t r = 0; r < tile.n_rows; ++r) f(tile.src_offset + r * row_bytes, r * piece, piece);
+}
+
 // One tensor-parallel rank's memory as every rank addresses it. The schedule's arena offsets, KV layers and
 // counter ids are global over the combined schedule, so the arena and cache bases are biased by the rank's
 // first byte and layer (arena - rank * rank_arena_bytes): the same offset indexes the same buffer on any

@@ -93,6 +93,14 @@ struct Tile {
     uint64_t col_byte() const { return whole_rows() ? 0 : piece_bytes() / n_cols * col_begin; }
 };
 
+// What a page plan depends on: the weights' formats and the target's pages.
+struct PlanInputs {
+    const WeightFormat* weights = nullptr;  // indexed by weight id
+    uint64_t page_bytes = 0;
+    uint32_t max_pages = 0;  // pages one instruction may hold
+    bool tensor_cores = true;  // the target runs BF16 prefill ops on tensor cores (MMA tiles, page_plan.hpp)
+};
+
 // How an op uses the pages: tiles in load order; tile t lives in page t % n_pages; `release_order`
 // lists page slots in the order the op frees them (the next instruction receives them in that order).
 struct PagePlan {

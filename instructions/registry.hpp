@@ -13,13 +13,6 @@ struct OpBuffers;
 struct OpCase;
 struct Expected;
 
-// What a page plan depends on: the weights' formats and the target's pages.
-struct PlanInputs {
-    const WeightFormat* weights = nullptr;  // indexed by weight id
-    uint64_t page_bytes = 0;
-    uint32_t max_pages = 0;  // pages one instruction may hold
-};
-
 struct OpInfo {
     const char* name;
     Effects (*effects)(const Instruction&);

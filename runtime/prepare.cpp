@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "instructions/common/token_rows.hpp"
 #include "models/error.hpp"
 #include "runtime/stall_report.hpp"
 
@@ -43,11 +44,14 @@ void check_access(const Schedule& s, const ProgramMemory& memory, const Access& 
         fail("writes the {} cache at more than the step's position, which the race detector does not track", cache);
 }
 
-// An MMA tile (page_plan.hpp): BF16 columns inside the weight's rows, 16-byte pieces (bulk copies).
-bool mma_tile_fits(const Tile& tile, const WeightRef& w) {
+// An MMA tile (page_plan.hpp) as the device code takes it (rows_math.cuh): up to 16 rows of BF16 columns inside the
+// weight's rows, in whole 32-column spans, 16-byte pieces (bulk copies); a pass whose slice the plan's pages hold at
+// once (more would leave the consumers waiting on a page that never fills).
+bool mma_tile_fits(const Tile& tile, const WeightRef& w, uint32_t n_pages) {
     return w.dtype == DType::BF16 && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
-           uint64_t(tile.col_begin) + tile.n_cols <= w.cols && tile.bytes == 2ull * tile.n_rows * tile.n_cols &&
-           tile.piece_bytes() % 16 == 0 && tile.col_byte() % 16 == 0 && w.row_bytes % 16 == 0;
+           tile.n_rows <= kMmaGroupRows && tile.n_cols % 32 == 0 && uint64_t(tile.col_begin) + tile.n_cols <= w.cols &&
+           tile.bytes == 2ull * tile.n_rows * tile.n_cols && tile.piece_bytes() % 16 == 0 && tile.col_byte() % 16 == 0 &&
+           w.row_bytes % 16 == 0 && tile.pass_tiles >= 1 && tile.pass_tiles <= std::min(n_pages, kMmaMaxPassTiles);
 }
 
 void check_plan(const Schedule& s, const ProgramMemory& memory, const Instruction& ins, const PagePlan& plan,
@@ -67,11 +71,14 @@ void check_plan(const Schedule& s, const ProgramMemory& memory, const Instructio
         if (tile.weight >= s.weights.size() || !s.weights[tile.weight].present())
             fail("tile {} streams weight {}, which the schedule does not have", i, tile.weight);
         const WeightRef& w = memory.weights[tile.weight];
-        if (uint64_t(tile.row_begin) + tile.n_rows > w.rows || tile.bytes != uint64_t(tile.n_rows) * w.row_bytes)
-            if (tile.whole_rows() || !mma_tile_fits(tile, w))
-                fail("tile {} (rows [{}, {}) cols [{}, {}) of weight {}, {} bytes) does not match the weight's {} rows "
-                     "of {} bytes", i, tile.row_begin, tile.row_begin + tile.n_rows, tile.col_begin,
-                     tile.col_begin + tile.n_cols, tile.weight, tile.bytes, w.rows, w.row_bytes);
+        const bool fits = tile.whole_rows() ? uint64_t(tile.row_begin) + tile.n_rows <= w.rows &&
+                                                  tile.bytes == uint64_t(tile.n_rows) * w.row_bytes
+                                            : mma_tile_fits(tile, w, plan.n_pages);
+        if (!fits)
+            fail("tile {} (rows [{}, {}) cols [{}, {}) of weight {}, {} bytes, pass of {}) does not match the weight's {} "
+                 "rows of {} bytes (whole rows), nor an MMA tile the device takes", i, tile.row_begin,
+                 tile.row_begin + tile.n_rows, tile.col_begin, tile.col_begin + tile.n_cols, tile.weight, tile.bytes,
+                 tile.pass_tiles, w.rows, w.row_bytes);
         if (check_pages && tile.bytes > t.page_bytes)
             fail("tile {} is {} bytes, a page holds {}", i, tile.bytes, t.page_bytes);
     }
@@ -109,7 +116,7 @@ PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory
             if (memory.rank_arenas[r] == nullptr) fail("schedule: the program gives no arena for rank {}", r);
     check_weights(s, memory);
 
-    const PlanInputs plan_inputs{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    const PlanInputs inputs = plan_inputs(s.target, s.weights.data());
     PreparedSchedule out;
     out.plans.reserve(s.n_instructions());
     std::vector<uint64_t> signalled(s.counters.size(), 0);
@@ -136,7 +143,7 @@ PreparedSchedule prepare_schedule(const Schedule& s, const ProgramMemory& memory
                     if (s.tp_size > 1) check_rank_bounds(s, s.rank_of_stream(sm), ins, a);
                 }
                 if (keep_accesses) out.accesses.push_back(std::move(accesses));
-                out.plans.push_back(op.page_plan(ins, plan_inputs));
+                out.plans.push_back(op.page_plan(ins, inputs));
                 check_plan(s, memory, ins, out.plans.back(), check_pages);
             });
         }

@@ -11,6 +11,7 @@
 
 #include "instructions/attn_partial/attn_partial.hpp"
 #include "instructions/common/page_plan.hpp"
+#include "instructions/common/token_rows.hpp"
 #include "instructions/registry.hpp"
 #include "models/quant.hpp"
 
@@ -90,7 +91,7 @@ bool is_row_streaming(const std::string& op) {
 }
 
 PagePlan plan_of(const Schedule& s, const Instruction& ins) {
-    PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    const PlanInputs in = plan_inputs(s.target, s.weights.data());
     return op_info(ins.opcode).page_plan(ins, in);
 }
 
@@ -193,9 +194,11 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         // often as rows_math.cuh reads them, and the dots on tensor cores (MMA tiles) or CUDA cores.
         const PagePlan plan = plan_of(s, ins);
         const RowsWork work = rows_work(s, name, plan, cost, m);
-        const double l2_bytes_per_ns = m.l2_gbs / s.target.n_sms;
-        const double math_ns = work.mma ? double(work.tensor_flops) / m.sm_tensor_gflops
-                                        : double(cost.flops) / s.target.sm_gflops;
+        // A model without an L2 rate prices L2 reads at the DRAM share; one without tensor cores, every flop on the
+        // CUDA cores (device_flops_ns's convention).
+        const double l2_bytes_per_ns = m.l2_gbs > 0 ? m.l2_gbs / s.target.n_sms : fill_bytes_per_ns;
+        const double math_ns = work.mma && m.sm_tensor_gflops > 0 ? double(work.tensor_flops) / m.sm_tensor_gflops
+                                                                  : double(cost.flops) / s.target.sm_gflops;
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
@@ -234,12 +237,13 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
             const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m);
             (cost.later_token_block ? b.l2_bytes : b.dram_bytes) += work.weight_bytes;
             b.l2_bytes += work.l2_bytes;
-            (work.mma ? b.tensor_flops : b.other_flops) += work.mma ? work.tensor_flops : cost.flops;
+            const bool tensor = work.mma && m.sm_tensor_gflops > 0;
+            (tensor ? b.tensor_flops : b.other_flops) += tensor ? work.tensor_flops : cost.flops;
         }
     const double n = double(s.streams.size());
     b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
-    b.l2_ms = double(b.l2_bytes) / m.l2_gbs / 1e6;
-    b.tensor_ms = double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6;
+    b.l2_ms = double(b.l2_bytes) / (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / 1e6;
+    b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
     return b;
 }

@@ -19,7 +19,7 @@ protected:
         graph_.dims = tp_rank_dims(model, tp);
         graph_.tp_size = tp;
         graph_.weights = weights;
-        plan_inputs_ = {graph_.weights.data(), target.page_bytes, target.n_pages};
+        plan_inputs_ = plan_inputs(target, graph_.weights.data());
     }
 
     uint32_t group(const std::string& name) {

@@ -13,7 +13,8 @@
 
 namespace mk {
 
-inline constexpr uint32_t kScheduleVersion = 4;  // 2: tensor parallel (tp_size, rank_arena_bytes, link); 3: prefill; 4: kv_type
+inline constexpr uint32_t kScheduleVersion = 5;  // 2: tensor parallel (tp_size, rank_arena_bytes, link); 3: prefill; 4: kv_type;
+                                                 // 5: target tensor_cores
 
 struct CounterInfo {
     std::string name;

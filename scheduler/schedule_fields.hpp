@@ -25,6 +25,7 @@ void visit_schedule_fields(S& s, Visit&& v) {
     v("target", "instruction_ns", t.instruction_ns);
     v("target", "link_gbs", t.link_gbs);
     v("target", "link_ns", t.link_ns);
+    v("target", "tensor_cores", t.tensor_cores);
     auto& d = s.dims;
     v("dims", "n_layers", d.n_layers);
     v("dims", "d_model", d.d_model);

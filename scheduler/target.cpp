@@ -54,6 +54,7 @@ Target target_cpu() {
     t.instruction_ns = 300.0;  // assumed until measured
     t.link_gbs = 20.0;  // ranks emulated in one process: a copy in memory
     t.link_ns = t.hop_ns;
+    t.tensor_cores = 0;
     return t;
 }
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "instructions/op_types.hpp"
+
 namespace mk {
 
 struct Target {
@@ -19,7 +21,15 @@ struct Target {
     // Tensor parallel: the link between two ranks (NVLink between GPUs).
     double link_gbs = 450.0;        // one direction, GB/s
     double link_ns = 1500.0;        // a remote signal's latency (write, fence, flag seen by the peer)
+    // 1: the prefill ops stream BF16 weights in MMA tiles for tensor cores (page_plan.hpp); 0 (the CPU's own
+    // target): whole rows, as its tile kernels take them.
+    uint32_t tensor_cores = 1;
 };
+
+// What the ops' page plans are made from on this target (every instruction's page_plan, wherever it is made).
+inline PlanInputs plan_inputs(const Target& t, const WeightFormat* weights) {
+    return {weights, t.page_bytes, t.n_pages, t.tensor_cores != 0};
+}
 
 // The lent H200: 132 SMs, 227 KiB opt-in shared memory, ~4.3 TB/s measured copy bandwidth.
 Target target_h200();

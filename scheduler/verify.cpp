@@ -188,7 +188,7 @@ void check_counters(Context& ctx) {
 
 void check_pages(Context& ctx) {
     const Schedule& s = ctx.schedule;
-    const PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    const PlanInputs in = plan_inputs(s.target, s.weights.data());
     for (uint32_t f = 0; f < ctx.n && !ctx.stopped; ++f) {
         const Instruction& i = *ctx.ins[f];
         if (i.n_pages > s.target.n_pages)

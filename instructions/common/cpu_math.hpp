@@ -151,21 +151,21 @@ inline void for_each_tile_row(OpContext& ctx, uint32_t weight, Visit&& visit) {
     }
 }
 
-// Every row of the instruction's tiles against every column of `dots`, tile by tile (ColumnDots::tile):
-// visit(tile, dots) with dots[r * n_cols + j] for the tile's rows r, once they are whole. An MMA tile plan's
+// Every row of the instruction's tiles against every column (token) of `dots`, tile by tile (ColumnDots::tile):
+// visit(tile, dots) with dots[r * n_tokens + j] for the tile's rows r, once they are whole. An MMA tile plan's
 // (page_plan.hpp) column slices add up in `sums` until a group's last slice: visited then, gate before up.
 template <typename Visit>
-inline void for_each_tile_dots(OpContext& ctx, ColumnDots& dots, uint32_t n_cols, Visit&& visit) {
+inline void for_each_tile_dots(OpContext& ctx, ColumnDots& dots, uint32_t n_tokens, Visit&& visit) {
     thread_local std::vector<float> out, sums;
     const std::vector<Tile>& tiles = ctx.plan->tiles;
     uint32_t first = UINT32_MAX, end = 0;  // the rows the tiles span (MMA tiles: sums for each of up to 2 weights)
     for (const Tile& t : tiles) first = std::min(first, t.row_begin), end = std::max(end, t.row_begin + t.n_rows);
-    if (!tiles.empty() && !tiles[0].whole_rows()) sums.resize(2 * size_t(end - first) * n_cols);
+    if (!tiles.empty() && !tiles[0].whole_rows()) sums.resize(2 * size_t(end - first) * n_tokens);
     for (uint32_t t = 0; t < tiles.size(); ++t) {
         const Tile& tile = tiles[t];
         const WeightRef& w = ctx.weights[tile.weight];
         if (tile.whole_rows()) {
-            out.resize(size_t(tile.n_rows) * n_cols);
+            out.resize(size_t(tile.n_rows) * n_tokens);
             uint64_t next_bytes = 0;
             const uint8_t* next = next_tile_bytes(ctx, t, next_bytes);
             dots.tile(w.dtype, ctx.tiles->tile(t), tile.n_rows, ctx.tiles->pitch(t), out.data(), next, next_bytes);
@@ -173,8 +173,8 @@ inline void for_each_tile_dots(OpContext& ctx, ColumnDots& dots, uint32_t n_cols
             continue;
         }
         const size_t slot = tile.weight == tiles[0].weight ? 0 : 1;
-        float* sum = sums.data() + (slot * (end - first) + (tile.row_begin - first)) * n_cols;
-        if (tile.col_begin == 0) std::fill(sum, sum + size_t(tile.n_rows) * n_cols, 0.0f);
+        float* sum = sums.data() + (slot * (end - first) + (tile.row_begin - first)) * n_tokens;
+        if (tile.col_begin == 0) std::fill(sum, sum + size_t(tile.n_rows) * n_tokens, 0.0f);
         dots.slice(w.dtype, ctx.tiles->tile(t), tile.n_rows, ctx.tiles->pitch(t), tile.col_begin, tile.n_cols, sum);
         if (tile.col_begin + tile.n_cols == w.cols) visit(tile, static_cast<const float*>(sum));
     }

@@ -2,8 +2,8 @@
 #include "instructions/common/page_plan.hpp"
 
 #include <algorithm>
-#include <vector>
 #include <cstdint>
+#include <vector>
 
 #include "instructions/common/token_rows.hpp"
 #include "models/error.hpp"
@@ -93,7 +93,7 @@ uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_
 }
 
 bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens) {
-    if (mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0 ||
+    if (!in.tensor_cores || mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0 ||
         2 * kMmaGroupRows * 32 > in.page_bytes)
         return false;
     for (uint32_t id : weights) {
@@ -111,7 +111,11 @@ PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> we
     const uint32_t cols = in.weights[ids[0]].cols, width = mma_slice_cols(in.page_bytes);
     const uint32_t groups = (n_rows + kMmaGroupRows - 1) / kMmaGroupRows;
     const uint32_t n_weights = uint32_t(ids.size());
-    const uint32_t per_pass = std::max(1u, mma_pass_tiles(block_tokens, n_weights, in.max_pages) / n_weights);
+    const uint32_t pass_tiles = mma_pass_tiles(block_tokens, n_weights, in.max_pages);
+    if (pass_tiles == 0)
+        fail("page plan: {} pages hold no pass of MMA tiles for {} weights and {} tokens", in.max_pages, n_weights,
+             block_tokens);
+    const uint32_t per_pass = pass_tiles / n_weights;
     for (uint32_t pass = 0; pass < groups; pass += per_pass) {
         const uint32_t in_pass = (std::min(groups, pass + per_pass) - pass) * n_weights;
         for (uint32_t col = 0; col < cols; col += width)

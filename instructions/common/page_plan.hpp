@@ -26,11 +26,10 @@ PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t
 uint64_t plan_weight_bytes(const PagePlan& plan);
 
 // MMA tiles, for the prefill ops' tensor-core path (token_rows.hpp's mma_eligible, rows_math.cuh): the rows in groups
-// of kMmaGroupRows, each group's columns in slices of mma_slice_cols; a pass of up to mma_pass_tiles tiles (groups of
+// of kMmaGroupRows (token_rows.hpp), each group's columns in slices of mma_slice_cols; a pass of up to mma_pass_tiles tiles (groups of
 // one weight, or gate/up pairs) goes slice by slice: for each slice, for each group, each weight's tile. A consumer
 // holds one slice of its pass (that many pages) while its accumulators stay in registers across the slices, so it
 // reads the activations' slice once for all the pass's rows.
-inline constexpr uint32_t kMmaGroupRows = 16;
 // The widest slice whose 16 BF16 rows fit a page, a multiple of 32 columns (a warp's two k-steps) at an odd
 // multiple of 32: rows 64 bytes mod 128 apart, so the 8 lanes of a 128-bit shared load phase hit distinct banks.
 // 480 columns (15360 bytes) for 16 KiB pages.

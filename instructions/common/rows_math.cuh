@@ -44,9 +44,6 @@ __device__ inline void rms_scales(const float* x, uint32_t width, uint32_t n, fl
     team.sync();
 }
 
-// The rows of an MMA tile's group (page_plan.hpp's kMmaGroupRows): the m16 of mma.m16n8k16.
-inline constexpr uint32_t kMmaRows = 16;
-
 // x = hi + lo as two bf16 values (hi rounded to nearest, lo the remainder rounded): the weight's two exact products
 // with them keep the dot within ~2^-17 of fp32 per element, where x in one bf16 would lose 2^-9.
 __device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
@@ -109,7 +106,7 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                     for (uint32_t i = 0; i < kTiles; ++i) {
                         if (i >= in_pass) continue;
                         const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
-                        const uint32_t rows = i < full_tiles ? kMmaRows : last_rows;
+                        const uint32_t rows = i < full_tiles ? kMmaGroupRows : last_rows;
                         const uint4 zero{0, 0, 0, 0};
                         const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
                         const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
@@ -159,9 +156,11 @@ __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const 
                                               uint32_t cols, Column&& column, Visit&& visit) {
     if (tiles.count() && !tiles.info(0).whole_rows()) {
         // The page plan's passes hold 8 tiles where 7 warps need 1 chunk each, else 4 for 2 (page_plan.cpp).
+        // Teams have >= kMmaTeamWarps warps and n <= the block the plan was made for, so neither shape is exceeded.
+        constexpr uint32_t kPairTiles = kMmaAccumulators / 4 / kMmaMaxChunks;
         if (mma_chunks_per_warp(n, team.n_warps()) <= 1)
-            return mma_row_token_dots<8, 1>(ctx, team, tiles, n, cols, column, visit);
-        return mma_row_token_dots<4, 2>(ctx, team, tiles, n, cols, column, visit);
+            return mma_row_token_dots<kMmaMaxPassTiles, 1>(ctx, team, tiles, n, cols, column, visit);
+        return mma_row_token_dots<kPairTiles, kMmaMaxChunks>(ctx, team, tiles, n, cols, column, visit);
     }
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {

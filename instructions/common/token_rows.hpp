@@ -47,6 +47,7 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
 // on CUDA cores. The ops' cost() reports those flops apart, for the device cost model. F16 stays scalar: its
 // activations would need f16 (5-bit exponent) halves, which overflow past 65504.
 inline constexpr uint32_t kMmaMinTokens = 8;
+inline constexpr uint32_t kMmaGroupRows = 16;  // the weight rows of an MMA tile: mma.m16n8k16's m
 // A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators, for
 // at most kMmaMaxChunks chunks; a pass holds at most kMmaMaxPassTiles pages. Registers bound both: the interpreter
 // kernel runs every op and used 242 before the MMA code; 64 accumulators, or 4 chunks a warp (their inputs' hi and

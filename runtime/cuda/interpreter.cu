@@ -14,6 +14,9 @@
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
 
+// The prefill rows ops' MMA passes are sized for 7 warps (token_rows.hpp): the consumers must be at least that many.
+static_assert(kInterpreterConsumerWarps >= kMmaTeamWarps);
+
 namespace {
 
 using cuda_sync::WaitGuard;
@@ -112,16 +115,6 @@ struct Loader {
         return &e;
     }
 
-    // A tile's bulk copies, f(blob offset, page offset, bytes): whole rows in one, an MMA tile one per row (its
-    // rows' pieces are row_bytes apart in the blob, packed in the page).
-    template <class F>
-    static __device__ void for_each_piece(const DeviceTile& tile, const DeviceOpContext& ctx, F&& f) {
-        if (tile.whole_rows()) return f(tile.src_offset, 0u, tile.bytes);
-        const uint32_t piece = tile.piece_bytes();
-        const uint64_t stride = ctx.weights[tile.weight].row_bytes;
-        for (uint32_t r = 0; r < tile.n_rows; ++r) f(tile.src_offset + r * stride, r * piece, piece);
-    }
-
     __device__ bool run_step(uint32_t begin, uint32_t end, const WaitGuard& guard, uint32_t epoch,
                              const DeviceOpContext& ctx) {
         if (begin < end) prefetch_device_op(P.instructions[begin], ctx);
@@ -131,9 +124,8 @@ struct Loader {
             const uint32_t tb = e->tile_begin, te = tb + e->n_tiles, used = e->used;
             if (i + 1 < end) {  // look one instruction further ahead through L2: its tiles, and what else it reads
                 for (uint32_t t = P.tile_begin[i + 1]; t < P.tile_begin[i + 2]; ++t)
-                    for_each_piece(P.tiles[t], ctx, [&](uint64_t src, uint32_t, uint32_t bytes) {
-                        prefetch_l2(P.weight_blob + src, bytes);
-                    });
+                    for_each_tile_piece(P.tiles[t], ctx.weights[P.tiles[t].weight].row_bytes,
+                                        [&](uint64_t src, uint32_t, uint32_t bytes) { prefetch_l2(P.weight_blob + src, bytes); });
                 prefetch_device_op(P.instructions[i + 1], ctx);
             }
             for (uint32_t t = tb; t < te; ++t) {
@@ -148,7 +140,7 @@ struct Loader {
                 if (P.trace && t == tb && epoch < P.trace_steps)
                     P.trace[uint64_t(epoch) * P.n_instructions + i].load_start = cuda_sync::global_timer_ns();
                 mbarrier_arrive_expect_tx(&pages.full[p], tile.bytes);
-                for_each_piece(tile, ctx, [&](uint64_t src, uint32_t at, uint32_t bytes) {
+                for_each_tile_piece(tile, ctx.weights[tile.weight].row_bytes, [&](uint64_t src, uint32_t at, uint32_t bytes) {
                     bulk_copy_to_shared(pages.page(p) + at, P.weight_blob + src, bytes, &pages.full[p]);
                 });
                 fill_parity ^= 1u << p;

@@ -25,6 +25,8 @@
 namespace mk {
 MK_CUDA_BACKEND_BEGIN
 
+// The prefill rows ops' MMA passes are sized for 7 warps (token_rows.hpp): a block must bring at least that many.
+static_assert(kBatchMaxThreads / 32 >= kMmaTeamWarps);
 template <class OpDevice>
 __global__ void __launch_bounds__(kBatchMaxThreads, 1)
     run_op_batch(const Instruction* instructions, const uint32_t* tile_begin, const DeviceTile* tiles,
@@ -37,8 +39,12 @@ __global__ void __launch_bounds__(kBatchMaxThreads, 1)
     // Prologue: the weights do not depend on the step, so they stream into L2 before the wait (a warp's lanes
     // a tile each; tiles are 16-byte aligned multiples of 16 bytes).
     if (threadIdx.x < 32)
-        for (uint32_t t = threadIdx.x; t < block_tiles.count(); t += 32)
-            ptx::prefetch_l2(block_tiles.acquire(t), block_tiles.info(t).bytes);
+        for (uint32_t t = threadIdx.x; t < block_tiles.count(); t += 32) {
+            const DeviceTile& tile = block_tiles.info(t);
+            for_each_tile_piece(tile, ctx.weights[tile.weight].row_bytes, [&](uint64_t src, uint32_t, uint32_t bytes) {
+                ptx::prefetch_l2(weight_blob + src, bytes);
+            });
+        }
     ptx::griddep_launch_dependents();  // before any write: sound only with the wait below (see the top)
     ptx::griddep_wait();  // every earlier kernel has completed; its writes are visible
     ctx.pos = step_state[0];

@@ -139,7 +139,7 @@ TEST_CASE("CUDA emulator: the kernel-per-op baseline's kernels start before thei
             for (const Instruction& ins : stream) {
                 const Opcode op = Opcode(ins.opcode);
                 if (op != Opcode::matvec_add && op != Opcode::rms_gate_up) continue;
-                const PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+                const PlanInputs in = plan_inputs(s.target, s.weights.data());
                 const PagePlan plan = op_info(ins.opcode).page_plan(ins, in);
                 REQUIRE(!plan.tiles.empty());
                 const DeviceTile first{0, uint32_t(plan.tiles[0].bytes), plan.tiles[0].weight, plan.tiles[0].row_begin,

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "instructions/common/page_plan.hpp"
+#include "instructions/common/token_rows.hpp"
 #include "instructions/embed/embed.hpp"
 #include "instructions/registry.hpp"
 #include "tests/instructions/op_backend.hpp"

@@ -30,7 +30,7 @@ inline Instruction matvec_add(uint32_t weight, uint32_t row_begin, uint32_t n_ro
 
 // Fills every instruction's n_pages and seq from its page plan, as the scheduler does.
 inline void finish_schedule(Schedule& s) {
-    const PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    const PlanInputs in = plan_inputs(s.target, s.weights.data());
     uint32_t seq = 0;
     for (auto& stream : s.streams)
         for (Instruction& ins : stream) {

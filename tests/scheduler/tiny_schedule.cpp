@@ -6,7 +6,7 @@
 namespace mk::test {
 
 void finish(Schedule& s, bool number_seq) {
-    const PlanInputs in{s.weights.data(), s.target.page_bytes, s.target.n_pages};
+    const PlanInputs in = plan_inputs(s.target, s.weights.data());
     for (CounterInfo& c : s.counters) c.step_total = 0;
     uint32_t seq = 0;
     for (auto& stream : s.streams)

@@ -208,7 +208,8 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
 
 // The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
 // such plans for every prefill rows op (BF16, 8 to 112 tokens), or the emulated device code they check is the
-// scalar path alone. Each case's plan is also checked against its weights: 16-row groups, slices that tile the rows.
+// scalar path alone. Each case's plan is also checked against its weights: 16-row groups, slices that tile the rows;
+// and without tensor cores, whole rows.
 TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
     for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {
         const OpReference& ref = op_reference(uint16_t(opcode));
@@ -232,6 +233,11 @@ TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cp
                 }
             }
             for (const auto& [key, cols] : covered) CHECK(cols == c.buffers.formats.at(key.first).cols);
+            // A target without tensor cores (the CPU's own) streams the same instruction in whole rows.
+            PlanInputs cpu = c.buffers.plan_inputs();
+            cpu.tensor_cores = false;
+            const PagePlan rows = op_info(c.ins.opcode).page_plan(c.ins, cpu);
+            CHECK(std::all_of(rows.tiles.begin(), rows.tiles.end(), [](const Tile& t) { return t.whole_rows(); }));
         }
         CHECK(mma_cases > 0);
     }

@@ -179,7 +179,8 @@ TEST_CASE("another version, absurd counts and trailing bytes are refused by name
                       "big.mks: target name is 2147483657 bytes long, more than 65536 (corrupt file)");
 
     // The weight count follows the fixed-size header fields; claim far more weights than bytes left.
-    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 6 * 8 + 7 * 4 + 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 +
+    const size_t weights_at = 12 + 4 + 9 /* "h200-test" */ + 4 + 8 + 8 + 4 + 6 * 8 + 4 /* tensor_cores */ + 7 * 4 + 4 + 4 +
+                              4 + 4 + 8 + 4 + 8 + 4 +
                               13 /* "critical-path" */ + 4 + 4;
     bad = good;
     REQUIRE(bad[weights_at] == n_weight_ids(1));

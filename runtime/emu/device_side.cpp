@@ -85,12 +85,29 @@ const char* collective_name(Collective k) {
     case Collective::ballot: return "__ballot_sync";
     case Collective::any: return "__any_sync";
     case Collective::all: return "__all_sync";
+    case Collective::exchange: return "warp exchange (mma.sync)";
     default: return "__syncwarp";
     }
 }
 
 namespace {
+// An exchange's lane: its bytes, and where the warp's go.
+struct ExchangeSlot {
+    const void* mine;
+    void* all;
+};
+
 void complete(Rendezvous& r) {
+    if (r.kind == Collective::exchange) {  // every lane of the full warp gets every lane's bytes (arg each)
+        for (uint32_t l = 0; l < 32; ++l) {
+            auto* to = static_cast<uint8_t*>(reinterpret_cast<const ExchangeSlot*>(r.values[l])->all);
+            for (uint32_t src = 0; src < 32; ++src)
+                std::memcpy(to + size_t(src) * uint32_t(r.arg), reinterpret_cast<const ExchangeSlot*>(r.values[src])->mine,
+                            uint32_t(r.arg));
+            r.lanes[l]->result = 0;
+        }
+        return;
+    }
     uint64_t ballot = 0;
     for (uint32_t l = 0; l < 32; ++l)
         if (r.mask >> l & 1u && r.values[l]) ballot |= 1ull << l;
@@ -177,6 +194,11 @@ uint64_t warp_collective(Collective kind, uint32_t mask, uint64_t value, int32_t
 }
 
 void sync_warp(uint32_t mask, Where where) { warp_collective(Collective::syncwarp, mask, 0, 0, 32, where); }
+
+void warp_exchange(const void* mine, uint32_t bytes, void* all, Where where) {
+    const ExchangeSlot slot{mine, all};  // on this fiber's stack: alive until every lane has copied (the rendezvous)
+    warp_collective(Collective::exchange, 0xffffffffu, reinterpret_cast<uint64_t>(&slot), int32_t(bytes), 32, where);
+}
 
 // ---- memory model, sleeps, time ----
 

@@ -36,9 +36,12 @@ void* dynamic_shared();
 void sync_threads(Where where = Where::current());                           // bar.sync 0 (all threads)
 void bar_sync(uint32_t id, uint32_t count, Where where = Where::current());  // bar.sync id, count
 void sync_warp(uint32_t mask, Where where = Where::current());
-enum class Collective : uint32_t { shfl_idx, shfl_xor, shfl_down, shfl_up, ballot, any, all, syncwarp };
+enum class Collective : uint32_t { shfl_idx, shfl_xor, shfl_down, shfl_up, ballot, any, all, syncwarp, exchange };
 // A warp collective over 64-bit payloads: every lane of `mask` meets here with the same kind and mask.
 uint64_t warp_collective(Collective kind, uint32_t mask, uint64_t value, int32_t arg, int32_t width, Where where);
+// The whole warp exchanges `bytes` each: all[l * bytes ...] = lane l's `mine`, for every lane l (one rendezvous; the
+// MMA twin's gather of its fragments, which shuffles would take 96 of).
+void warp_exchange(const void* mine, uint32_t bytes, void* all, Where where);
 
 // Memory-model hooks: an atomic access at `addr` (a switch point chosen by the seeded scheduler; a
 // write counts as progress for the deadlock detector; a read is remembered as what a poll waits on).

@@ -6,7 +6,7 @@
 //                           a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
 //   B (16 x 8, k by n):     b[0] = B[2t, 2t+1][g]    b[1] = B[2t+8, 2t+9][g]
 //   C, D (16 x 8, f32):     c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
-// Every lane of the warp must take part (it is a collective: the lanes' fragments meet by shuffles). Products of
+// Every lane of the warp must take part (it is a collective: the lanes' fragments meet in one warp exchange). Products of
 // bf16 or f16 values are exact in fp32; the twin adds them in k order onto c in fp32. The hardware's order and
 // internal rounding are not specified, so the two agree to fp32 rounding, not bit for bit.
 #pragma once
@@ -34,18 +34,15 @@ inline void mma_m16n8k16(MmaInput type, float (&d)[4], const uint32_t (&a)[4], c
     const uint32_t lane = (t3.x + dims.x * (t3.y + dims.y * t3.z)) % 32;
     float A[16][16], B[16][8];  // the warp's whole operands, gathered from every lane's fragments
     auto half = [&](uint32_t reg, uint32_t k) { return mma_input_to_f32(type, uint16_t(reg >> (16 * k))); };
+    const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    uint32_t all[32][6];
+    warp_exchange(mine, sizeof(mine), all, where);
     for (uint32_t src = 0; src < 32; ++src) {
-        auto from = [&](uint32_t lo, uint32_t hi) {
-            return warp_collective(Collective::shfl_idx, 0xffffffffu, lo | uint64_t(hi) << 32, int32_t(src), 32, where);
-        };
-        const uint64_t a01 = from(a[0], a[1]), a23 = from(a[2], a[3]), b01 = from(b[0], b[1]);
         const uint32_t g = src / 4, t = src % 4;
-        const uint32_t regs_a[4] = {uint32_t(a01), uint32_t(a01 >> 32), uint32_t(a23), uint32_t(a23 >> 32)};
         for (uint32_t r = 0; r < 4; ++r)
-            for (uint32_t k = 0; k < 2; ++k) A[g + 8 * (r % 2)][2 * t + k + 8 * (r / 2)] = half(regs_a[r], k);
-        const uint32_t regs_b[2] = {uint32_t(b01), uint32_t(b01 >> 32)};
+            for (uint32_t k = 0; k < 2; ++k) A[g + 8 * (r % 2)][2 * t + k + 8 * (r / 2)] = half(all[src][r], k);
         for (uint32_t r = 0; r < 2; ++r)
-            for (uint32_t k = 0; k < 2; ++k) B[2 * t + k + 8 * r][g] = half(regs_b[r], k);
+            for (uint32_t k = 0; k < 2; ++k) B[2 * t + k + 8 * r][g] = half(all[src][4 + r], k);
     }
     const uint32_t g = lane / 4, t = lane % 4;
     for (uint32_t i = 0; i < 4; ++i) {

@@ -131,7 +131,6 @@ struct Cost {
     uint64_t activation_bytes = 0;
     uint64_t flops = 0;
     uint64_t link_bytes = 0;  // sent to another rank (tensor parallel): costed at the link's bandwidth
-    uint64_t mma_flops = 0;   // of `flops`, those a tensor-core matmul runs (mma_eligible_flops, token_rows.hpp)
     // Prefill rows ops: the token columns each weight row meets (the block's), and whether the block follows the
     // row block's first (its rows are the same ones another instruction of the chunk streams: gemm_tiling).
     uint32_t token_columns = 0;

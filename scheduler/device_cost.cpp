@@ -101,13 +101,12 @@ struct RowsWork {
     bool normed = false;        // RMSNorm of the inputs: a pass over them for the scales first
     uint64_t weight_bytes = 0;  // the plan's tiles
     uint64_t input_reads = 0;   // times the block's inputs are read: once a pass (MMA tiles), once a row (whole rows)
-    uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products per k-step
+    uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products(dtype) a k-step
     uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
 };
 
 // `op`: the op's name (rms_* norm their inputs).
-RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
-                   const DeviceModel& m) {
+RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost) {
     RowsWork w;
     w.normed = op.rfind("rms_", 0) == 0;
     w.mma = !plan.tiles.empty() && !plan.tiles[0].whole_rows();
@@ -120,10 +119,11 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
             continue;
         }
         const uint32_t slices = (s.weights[first.weight].cols + first.n_cols - 1) / first.n_cols;
+        const uint32_t dtype = s.weights[first.weight].dtype;
         const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * std::max(1u, first.pass_tiles));
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
-            w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * m.code.mma_products;
+            w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);
         }
         ++w.input_reads;
     }
@@ -135,12 +135,6 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
 }
 
 }  // namespace
-
-double device_flops_ns(const Cost& cost, const Target& t, const DeviceModel& m) {
-    const double tensor_ns = m.sm_tensor_gflops > 0 ? double(cost.mma_flops) / m.sm_tensor_gflops : 0.0;
-    const uint64_t scalar = m.sm_tensor_gflops > 0 ? cost.flops - cost.mma_flops : cost.flops;
-    return double(scalar) / t.sm_gflops + tensor_ns;
-}
 
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m) {
     return waited_ns > 0 ? 0.5 * std::min(waited_ns, m.code.wait_backoff_max_ns) : 0.0;
@@ -193,9 +187,9 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         // from L2, which the first block's instruction filled in the same wave: gemm_tiling), the inputs from L2 as
         // often as rows_math.cuh reads them, and the dots on tensor cores (MMA tiles) or CUDA cores.
         const PagePlan plan = plan_of(s, ins);
-        const RowsWork work = rows_work(s, name, plan, cost, m);
+        const RowsWork work = rows_work(s, name, plan, cost);
         // A model without an L2 rate prices L2 reads at the DRAM share; one without tensor cores, every flop on the
-        // CUDA cores (device_flops_ns's convention).
+        // CUDA cores.
         const double l2_bytes_per_ns = m.l2_gbs > 0 ? m.l2_gbs / s.target.n_sms : fill_bytes_per_ns;
         const double math_ns = work.mma && m.sm_tensor_gflops > 0 ? double(work.tensor_flops) / m.sm_tensor_gflops
                                                                   : double(cost.flops) / s.target.sm_gflops;
@@ -211,7 +205,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         // Small ops (embed, attn_reduce, sample, reduce_add, transfer) and attn_rows: their bytes at the SM's share,
         // at least one dependent load, and the flops at the SM's rate.
         const double bytes_ns = double(cost.activation_bytes + cost.weight_bytes) / fill_bytes_per_ns;
-        t.consume_ns = std::max({m.l2_load_ns + bytes_ns, device_flops_ns(cost, s.target, m)});
+        t.consume_ns = std::max(m.l2_load_ns + bytes_ns, double(cost.flops) / s.target.sm_gflops);
         t.consume_ns += double(cost.link_bytes) / s.target.link_gbs;
     }
     return t;
@@ -234,7 +228,7 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
                 b.other_flops += cost.flops;
                 continue;
             }
-            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m);
+            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost);
             (cost.later_token_block ? b.l2_bytes : b.dram_bytes) += work.weight_bytes;
             b.l2_bytes += work.l2_bytes;
             const bool tensor = work.mma && m.sm_tensor_gflops > 0;

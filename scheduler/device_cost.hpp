@@ -43,10 +43,6 @@ struct KernelStructure {
     bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
     uint32_t queue_depth = 8;           // instructions the loader may stage ahead of the consumers (0: no bound;
                                         // before the shared-memory queue only the pages bounded it)
-    // Prefill rows ops on MMA tiles (rows_math.cuh): each k-step takes mma_products MMAs per tile and chunk (hi and lo
-    // bf16 halves of the fp32 activations), each activation read once a pass; on whole-row tiles a warp's row dot
-    // reads every token's inputs again for each row.
-    uint32_t mma_products = 2;
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -93,9 +89,6 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
 // Between two steps: the token hand-off (post_token) and the gate's hop. (The first pages' fill after the
 // gate is in the simulated step: its loaders start at the gate unless the code streams across steps.)
 double device_step_boundary_ns(const Target& t, const DeviceModel& m);
-
-// An instruction's flops on one SM: mma_flops at the tensor-core rate, the rest at the CUDA cores' (sm_gflops).
-double device_flops_ns(const Cost& cost, const Target& t, const DeviceModel& m);
 
 // What bounds a prefill step with every SM busy at once, each part's total over the step at the whole device's rate:
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as

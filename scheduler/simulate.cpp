@@ -208,7 +208,6 @@ Simulation simulate(const Schedule& s, const SimOptions& options) {
             op.busy_ns += ev.end_ns - ev.start_ns;
             op.weight_bytes += c.weight_bytes;
             op.flops += c.flops;
-            op.mma_flops += c.mma_flops;
             op.activation_bytes += c.activation_bytes;
             if (options.device) {
                 const DeviceTime& p = parts[offset[sm] + i];

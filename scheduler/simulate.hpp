@@ -40,7 +40,7 @@ struct OpTotal {
     std::string name;
     uint32_t count = 0;
     double busy_ns = 0.0;
-    uint64_t weight_bytes = 0, activation_bytes = 0, flops = 0, mma_flops = 0;
+    uint64_t weight_bytes = 0, activation_bytes = 0, flops = 0;
     // With the device model: the parts of busy_ns (overhead and consume serial; load overlaps them).
     double overhead_ns = 0.0, consume_ns = 0.0, load_ns = 0.0;
 };

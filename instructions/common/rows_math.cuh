@@ -1,7 +1,7 @@
 // Device helpers the prefill (rows) ops share: a chunk's activations are (T, width) fp32 rows, one per token
 // (token_rows.hpp); each weight tile is acquired once and every one of its rows is dotted with all the step's
-// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16, page_plan.hpp) run on tensor
-// cores (mma.sync m16n8k16); whole-row tiles take scalar fp32 dots (row_dot) for every format.
+// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16 or F16, page_plan.hpp) run on
+// tensor cores (mma.sync m16n8k16, bf16 operands); whole-row tiles take scalar fp32 dots (row_dot) for every format.
 #pragma once
 #include "instructions/common/device_math.cuh"
 #include "instructions/common/ptx.cuh"
@@ -51,15 +51,44 @@ __device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
     lo = f32_to_bf16(x - bf16_to_f32(hi));
 }
 
+// Two F16 weights (a 32-bit pair) as bf16 pairs hi + lo, exactly: an f16's 11 significant bits are bf16's 8 plus a
+// remainder of at most 3 (both exponents in bf16's range, subnormals included).
+__device__ inline void split_f16_pair(uint32_t w, uint32_t& hi, uint32_t& lo) {
+    uint16_t h0, l0, h1, l1;
+    split_bf16(f16_to_f32(uint16_t(w)), h0, l0);
+    split_bf16(f16_to_f32(uint16_t(w >> 16)), h1, l1);
+    hi = uint32_t(h0) | uint32_t(h1) << 16;
+    lo = uint32_t(l0) | uint32_t(l1) << 16;
+}
+
+// d += A . B on one k-step for an A of BF16 weights (2 products: the input's halves) or of F16 weights split as above
+// (3: w_hi x_hi, w_hi x_lo, w_lo x_hi; w_lo x_lo is below 2^-18 of the product and left out).
+template <bool kF16>
+__device__ inline void mma_weight_step(float (&d)[4], const uint32_t (&a)[4], uint32_t hi0, uint32_t hi1, uint32_t lo0,
+                                       uint32_t lo1) {
+    if constexpr (!kF16) {
+        ptx::mma_m16n8k16_bf16(d, a, {hi0, hi1}, d);
+        ptx::mma_m16n8k16_bf16(d, a, {lo0, lo1}, d);
+    } else {
+        uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+        for (uint32_t r = 0; r < 4; ++r) split_f16_pair(a[r], a_hi[r], a_lo[r]);
+        ptx::mma_m16n8k16_bf16(d, a_hi, {hi0, hi1}, d);
+        ptx::mma_m16n8k16_bf16(d, a_hi, {lo0, lo1}, d);
+        ptx::mma_m16n8k16_bf16(d, a_lo, {hi0, hi1}, d);
+    }
+}
+
 // The tensor-core dots of an MMA tile plan (page_plan.hpp): visit(tile, row, j, dot) for every weight row and token
 // j < n, called by the lane that holds the dot. A pass's groups (16 rows each; gate/up pairs) go slice by slice: the
 // team holds the pass's tiles of one slice (Tile::pass_tiles, at most kTiles); a warp keeps fp32 accumulators for its
 // 8-token chunks (chunk w, w + n_warps, ...: at most kChunks) over every slice, so each activation is read once a
-// pass. Weights are A (16 rows x 16 k, from the page), tokens B (16 k x 8 tokens, hi and lo halves: two MMAs). Within
+// pass. Weights are A (16 rows x 16 k, from the page; F16 split in two), tokens B (16 k x 8 tokens, hi and lo halves:
+// two MMAs, three for F16: mma_weight_step). Within
 // each 32 columns a lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a
 // permuted k order, the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the
 // fragment's k = 2t, 2t+1, 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the layout).
-template <uint32_t kTiles, uint32_t kChunks, class Tiles, class Column, class Visit>
+template <uint32_t kTiles, uint32_t kChunks, bool kF16, class Tiles, class Column, class Visit>
 __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                           uint32_t cols, Column&& column, Visit&& visit) {
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
@@ -112,10 +141,8 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                         const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
                         const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                         float(&d)[4] = acc[i][c];
-                        ptx::mma_m16n8k16_bf16(d, a0, {hi[0], hi[1]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a0, {lo[0], lo[1]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a1, {hi[2], hi[3]}, d);
-                        ptx::mma_m16n8k16_bf16(d, a1, {lo[2], lo[3]}, d);
+                        mma_weight_step<kF16>(d, a0, hi[0], hi[1], lo[0], lo[1]);
+                        mma_weight_step<kF16>(d, a1, hi[2], hi[3], lo[2], lo[3]);
                     }
                 }
             }
@@ -158,9 +185,12 @@ __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const 
         // The page plan's passes hold 8 tiles where 7 warps need 1 chunk each, else 4 for 2 (page_plan.cpp).
         // Teams have >= kMmaTeamWarps warps and n <= the block the plan was made for, so neither shape is exceeded.
         constexpr uint32_t kPairTiles = kMmaAccumulators / 4 / kMmaMaxChunks;
-        if (mma_chunks_per_warp(n, team.n_warps()) <= 1)
-            return mma_row_token_dots<kMmaMaxPassTiles, 1>(ctx, team, tiles, n, cols, column, visit);
-        return mma_row_token_dots<kPairTiles, kMmaMaxChunks>(ctx, team, tiles, n, cols, column, visit);
+        const bool one_chunk = mma_chunks_per_warp(n, team.n_warps()) <= 1;
+        if (ctx.weights[tiles.info(0).weight].dtype == uint32_t(DType::F16))
+            return one_chunk ? mma_row_token_dots<kMmaMaxPassTiles, 1, true>(ctx, team, tiles, n, cols, column, visit)
+                             : mma_row_token_dots<kPairTiles, kMmaMaxChunks, true>(ctx, team, tiles, n, cols, column, visit);
+        return one_chunk ? mma_row_token_dots<kMmaMaxPassTiles, 1, false>(ctx, team, tiles, n, cols, column, visit)
+                         : mma_row_token_dots<kPairTiles, kMmaMaxChunks, false>(ctx, team, tiles, n, cols, column, visit);
     }
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {

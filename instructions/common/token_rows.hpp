@@ -41,11 +41,11 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
     }
 }
 
-// The device code runs a weight matrix times a block's token columns on tensor cores (mma.sync m16n8k16, BF16 in,
-// fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16 weights
-// whose rows are whole 32-column spans, and a token block of 8 (one n8 fragment) to kMmaMaxTokens. Else scalar dots
-// on CUDA cores. The ops' cost() reports those flops apart, for the device cost model. F16 stays scalar: its
-// activations would need f16 (5-bit exponent) halves, which overflow past 65504.
+// The device code runs a weight matrix times a block's token columns on tensor cores (mma.sync m16n8k16, bf16
+// operands, fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16
+// or F16 weights whose rows are whole 32-column spans, and a token block of 8 (one n8 fragment) to kMmaMaxTokens.
+// Else scalar dots on CUDA cores. The activations go in as bf16 halves (hi and lo), not f16 ones, whose 5-bit
+// exponent overflows past 65504; so F16 weights are split into two bf16 (exact) and take a third product.
 inline constexpr uint32_t kMmaMinTokens = 8;
 inline constexpr uint32_t kMmaGroupRows = 16;  // the weight rows of an MMA tile: mma.m16n8k16's m
 // A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators, for
@@ -62,12 +62,12 @@ MK_HOST_DEVICE inline uint32_t mma_chunks_per_warp(uint32_t tokens, uint32_t n_w
     return ((tokens + 7) / 8 + n_warps - 1) / n_warps;
 }
 MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
-    return dtype == uint32_t(DType::BF16) && cols % 32 == 0 && block_tokens >= kMmaMinTokens &&
-           block_tokens <= kMmaMaxTokens;
+    return (dtype == uint32_t(DType::BF16) || dtype == uint32_t(DType::F16)) && cols % 32 == 0 &&
+           block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
 }
-inline uint64_t mma_eligible_flops(const WeightFormat& w, uint32_t n_tok, uint64_t flops) {
-    return mma_eligible(w.dtype, w.cols, n_tok) ? flops : 0;
-}
+// The MMAs a k-step issues per tile and 8-token chunk: the input's hi and lo halves, and for F16 weights their low
+// half against the input's high one (rows_math.cuh's mma_weight_step).
+MK_HOST_DEVICE inline uint32_t mma_products(uint32_t dtype) { return dtype == uint32_t(DType::F16) ? 3 : 2; }
 
 // The tokens this step runs: the chunk's, at most the compiled n_tok.
 inline uint32_t step_tokens(const StepState& step, uint32_t n_tok) {

@@ -44,7 +44,6 @@ struct MatmulAddOp {
         auto a = decode_args<MatmulAddArgs>(ins);
         const uint64_t n = a.tokens().count();
         Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * n * (a.cols + 2 * a.n_rows), 2ull * n * a.n_rows * a.cols};
-        c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
         c.token_columns = uint32_t(n);
         c.later_token_block = a.tokens().begin > 0;
         return c;

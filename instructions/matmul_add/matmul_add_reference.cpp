@@ -35,7 +35,8 @@ std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
                                Shape{40, 256, 8, 24, 5, 3, 1, 0, 0}, Shape{64, 256, 8, 24, 40, 40, 0, 16, 16},
                                Shape{48, 256, 0, 48, 40, 37, 1, 32, 8},
                                Shape{40, 64, 0, 40, 104, 101, 0, 0, 0}}) {  // 13 8-token chunks: passes of 4 tiles
-            if (s.n_tok > 64 && dtype != DType::BF16) continue;  // the tensor cores' 2-chunk shape: BF16 only
+            // the tensor cores' 2-chunk shape: their formats only
+            if (s.n_tok > 64 && dtype != DType::BF16 && dtype != DType::F16) continue;
             CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);
             const uint32_t weight = c.weight(dtype, s.rows, s.cols, 0.5f);
             const uint32_t in = c.activation(uint64_t(s.n_tok) * s.cols), x = c.activation(uint64_t(s.n_tok) * s.rows);

@@ -49,7 +49,6 @@ struct RmsGateUpRowsOp {
         const uint64_t n = a.tokens().count();
         Cost c{uint64_t(a.n_rows) * (w[a.gate].row_bytes + w[a.up].row_bytes), 4ull * n * (a.d_model + a.n_rows),
                4ull * n * a.n_rows * a.d_model};
-        c.mma_flops = mma_eligible_flops(w[a.gate], uint32_t(n), c.flops);
         c.token_columns = uint32_t(n);
         c.later_token_block = a.tokens().begin > 0;
         return c;

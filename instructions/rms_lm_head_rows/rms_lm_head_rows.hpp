@@ -43,7 +43,6 @@ struct RmsLmHeadRowsOp {
         const uint64_t cols = a.all ? a.n_tok : 1;
         Cost c{uint64_t(a.n_rows) * w[a.weight].row_bytes, 4ull * cols * (a.d_model + a.n_rows),
                2ull * cols * a.n_rows * a.d_model};
-        c.mma_flops = mma_eligible_flops(w[a.weight], cols, c.flops);
         c.token_columns = uint32_t(cols);
         return c;
     }

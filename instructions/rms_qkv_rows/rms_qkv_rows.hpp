@@ -62,7 +62,6 @@ struct RmsQkvRowsOp {
         const uint64_t out_bytes = QkvKind(a.kind) == QkvKind::q ? 4 : dims.kv_bytes();  // K/V: the cache's type
         const uint64_t n = a.tokens().count();
         Cost c{rows * w[a.weight].row_bytes, n * (4ull * a.d_model + out_bytes * rows), 2ull * n * rows * a.d_model};
-        c.mma_flops = mma_eligible_flops(w[a.weight], uint32_t(n), c.flops);
         c.token_columns = uint32_t(n);
         c.later_token_block = a.tokens().begin > 0;
         return c;

@@ -56,11 +56,11 @@ std::vector<OpCase> RmsQkvRowsOp::cases(uint64_t seed) {
         uint32_t row_begin, n_rows;
         bool qwen;  // bias and QK-norm (blocks of whole heads)
         uint32_t tok_begin = 0, tok_count = 0;  // the token block (count 0: through the chunk's end)
-        uint32_t n_tok = 4;                     // 8 or more in BF16: MMA tiles (page_plan.hpp)
+        uint32_t n_tok = 4;                     // 8 or more in BF16 or F16: MMA tiles (page_plan.hpp)
     };
     std::vector<OpCase> out;
     for (const KvType kv_type : {KvType::f32, KvType::bf16})  // bf16: the K/V shapes in BF16 weights
-    for (DType dtype : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_1, DType::Q4_K})
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_1, DType::Q4_K})
         for (const Shape& s : {Shape{QkvKind::q, 16, 80, false}, Shape{QkvKind::k, 8, 40, false},
                                Shape{QkvKind::v, 0, 64, false}, Shape{QkvKind::q, 32, 64, true},
                                Shape{QkvKind::k, 32, 32, true}, Shape{QkvKind::q, 0, 64, false, 1, 2},

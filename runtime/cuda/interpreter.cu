@@ -61,6 +61,9 @@ struct SharedState {
     // go 0 -> 1 within a step (failure is terminal) and are cleared at the step gate.
     uint32_t wait_failed;
     uint32_t op_failed;
+    // The ops' context, one for the block (thread 0 sets pos and token at the step gate): a copy in every thread's
+    // registers held ~28 of them through the whole kernel (ptxas: 255 -> 227), room the tensor-core paths need.
+    DeviceOpContext ctx;
 };
 
 __device__ bool is_stop_token(const Command& c, int32_t token) {
@@ -305,17 +308,17 @@ __device__ __forceinline__ void run_command(const InterpreterParams& P, SharedSt
                                           : *reinterpret_cast<volatile const int32_t*>(P.ctx.arena + P.token_off);
             }
             sh.go = go ? 1u : 0u;
+            sh.ctx.pos = c.pos0 + int32_t(s);
+            sh.ctx.token = sh.token;
             sh.wait_failed = 0;
             sh.op_failed = 0;
         }
         __syncthreads();
         if (!sh.go) return;
         guard.epoch = c.epoch0 + s;
-        ctx.pos = c.pos0 + int32_t(s);
         if (tid < 32) {
             if (tid == 0) loader.run_step(begin, end, guard, guard.epoch, ctx);
         } else {
-            ctx.token = sh.token;
             consumers.run_step(begin, end, guard, s, ctx);
         }
         // Every thread must take the same way out, so one thread reads the abort flag for the block; block 0's
@@ -357,16 +360,19 @@ __global__ void __launch_bounds__(kInterpreterThreads, 1) interpreter_kernel(con
         sh.wait_failed = 0;
         sh.op_failed = 0;
         sh.ok = 1;
+        DeviceOpContext& c = sh.ctx;
+        c = P.ctx;
+        const RankMemory& own = P.ctx.ranks[P.first_rank + sm / P.sms_per_rank];
+        c.arena = own.arena;
+        c.k_cache = own.k_cache;
+        c.v_cache = own.v_cache;
+        c.scratch = scratch;
+        c.scratch_floats = P.scratch_bytes / 4;
     }
     __syncthreads();
 
-    DeviceOpContext ctx = P.ctx;
+    DeviceOpContext& ctx = sh.ctx;
     const RankMemory& own = P.ctx.ranks[P.first_rank + sm / P.sms_per_rank];
-    ctx.arena = own.arena;
-    ctx.k_cache = own.k_cache;
-    ctx.v_cache = own.v_cache;
-    ctx.scratch = scratch;
-    ctx.scratch_floats = P.scratch_bytes / 4;
     WaitGuard guard{P.control, P.mailbox, P.watchdog_ns, sm, 0, 0, 0};
     Loader loader{P, pages, sh.loader_ring, sh.queue};
     Consumers consumers{P, pages, sh, Team{tid - 32, blockDim.x - 32, 1}, own.counters};

@@ -207,19 +207,19 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
 }
 
 // The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
-// such plans for every prefill rows op (BF16, 8 to 112 tokens), or the emulated device code they check is the
-// scalar path alone. Each case's plan is also checked against its weights: 16-row groups, slices that tile the rows;
-// and without tensor cores, whole rows.
-TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
+// such plans for every prefill rows op in both formats that take it (BF16 and F16, 8 to 112 tokens), or the emulated
+// device code they check is the scalar path alone. Each case's plan is also checked against its weights: 16-row
+// groups, slices that tile the rows; and without tensor cores, whole rows.
+TEST_CASE("the prefill rows ops' BF16 and F16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
     for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {
         const OpReference& ref = op_reference(uint16_t(opcode));
         INFO(ref.name);
-        uint32_t mma_cases = 0;
+        std::map<DType, uint32_t> mma_cases;
         for (const OpCase& c : ref.cases(kSeed)) {
             const PagePlan plan = op_info(c.ins.opcode).page_plan(c.ins, c.buffers.plan_inputs());
             if (plan.tiles.empty() || plan.tiles[0].whole_rows()) continue;
             INFO(c.name);
-            ++mma_cases;
+            ++mma_cases[DType(c.buffers.formats.at(plan.tiles[0].weight).dtype)];
             std::map<std::pair<uint32_t, uint32_t>, uint32_t> covered;  // (weight, row) -> columns streamed
             for (const Tile& t : plan.tiles) {
                 CHECK(!t.whole_rows());
@@ -239,7 +239,8 @@ TEST_CASE("the prefill rows ops' BF16 cases of 8+ tokens stream MMA tiles", "[cp
             const PagePlan rows = op_info(c.ins.opcode).page_plan(c.ins, cpu);
             CHECK(std::all_of(rows.tiles.begin(), rows.tiles.end(), [](const Tile& t) { return t.whole_rows(); }));
         }
-        CHECK(mma_cases > 0);
+        CHECK(mma_cases[DType::BF16] > 0);
+        CHECK(mma_cases[DType::F16] > 0);
     }
 }
 

@@ -172,29 +172,20 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
     CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 100.0 + 84.0 + 10.0 + 20.0));
 }
 
-TEST_CASE("device cost: tensor-core flops of the prefill matmuls", "[cpu]") {
-    WeightFormat bf16{uint32_t(DType::BF16), 64, 32, 64};
-    WeightFormat q8{uint32_t(DType::Q8_0), 64, 32, 34};
-    // BF16 weights times 8 to 112 tokens (one n8 fragment to 2 chunks a warp on 7 warps) run on tensor cores; else
-    // (F16 too) on CUDA cores.
-    WeightFormat f16 = bf16;
-    f16.dtype = uint32_t(DType::F16);
-    CHECK(mma_eligible_flops(bf16, 8, 4096) == 4096);
-    CHECK(mma_eligible_flops(bf16, 112, 4096) == 4096);
-    CHECK(mma_eligible_flops(bf16, 7, 4096) == 0);
-    CHECK(mma_eligible_flops(bf16, 113, 4096) == 0);
-    CHECK(mma_eligible_flops(f16, 64, 4096) == 0);
-    CHECK(mma_eligible_flops(q8, 64, 4096) == 0);
-    Target t;
-    t.sm_gflops = 10.0;  // 10 flops/ns
-    DeviceModel m = round_model();
-    m.sm_tensor_gflops = 100.0;
-    Cost c;
-    c.flops = 1200;
-    c.mma_flops = 1000;
-    CHECK(device_flops_ns(c, t, m) == Approx(200.0 / 10.0 + 1000.0 / 100.0));
-    m.sm_tensor_gflops = 0.0;  // no tensor cores: every flop on the CUDA cores
-    CHECK(device_flops_ns(c, t, m) == Approx(120.0));
+TEST_CASE("device cost: which prefill matmuls run on tensor cores", "[cpu]") {
+    // BF16 and F16 weights in whole 32-column spans times 8 to 112 tokens (one n8 fragment to 2 chunks a warp on 7
+    // warps) run on tensor cores, F16 with a third product; everything else on CUDA cores.
+    const uint32_t bf16 = uint32_t(DType::BF16), f16 = uint32_t(DType::F16);
+    CHECK(mma_eligible(bf16, 64, 8));
+    CHECK(mma_eligible(bf16, 64, 112));
+    CHECK(mma_eligible(f16, 2048, 64));
+    CHECK_FALSE(mma_eligible(bf16, 64, 7));
+    CHECK_FALSE(mma_eligible(bf16, 64, 113));
+    CHECK_FALSE(mma_eligible(bf16, 48, 64));
+    CHECK_FALSE(mma_eligible(uint32_t(DType::F32), 64, 64));
+    CHECK_FALSE(mma_eligible(uint32_t(DType::Q8_0), 64, 64));
+    CHECK(mma_products(bf16) == 2);
+    CHECK(mma_products(f16) == 3);
 }
 
 // The KV cache's type prices attention's K/V bytes: the op's cost (the ideal model, the list scheduler) and the
@@ -228,8 +219,8 @@ TEST_CASE("device cost: a bf16 KV cache halves attention's K/V bytes", "[cpu]") 
 
 // A prefill matmul (64 rows x 1024 columns, 32 tokens) as rows_math.cuh runs it. MMA tiles (BF16): 4 groups of 16 rows
 // in one pass (8 tiles a slice allowed: 4 chunks of 8 tokens, 1 a warp), slices of 480, 480 and 64 columns; the inputs
-// read once; MMAs as issued, hi and lo: 2 x 16 x 1024 x 32 x 2 a group. Whole rows (F32): the inputs read once a row,
-// the dots on CUDA cores.
+// read once; MMAs as issued, hi and lo: 2 x 16 x 1024 x 32 x 2 a group (F16: x 3). Whole rows (F32): the inputs read
+// once a row, the dots on CUDA cores.
 TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]") {
     Schedule s = tiny_schedule(2, 0);
     s.target.page_bytes = 16384;
@@ -266,6 +257,12 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     CHECK(b.l2_bytes == 147456);
     CHECK(b.tensor_flops == 4ull * 2 * 16 * 1024 * 32 * 2);
     CHECK(std::string(b.bound()) == "tensor-core flops");
+
+    // F16 weights: the same MMA tiles, each k-step a third product (the weights' low bf16 half).
+    s.weights[wo].dtype = uint32_t(DType::F16);
+    t = device_instruction_time(s, first, 0, m);
+    CHECK(t.tile_bytes.size() == 12);
+    CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 32 * 3 / 1000.0));
 
     // F32 weights: whole rows (4 a page), each row's dots read all 32 tokens' inputs again: 63 more reads of
     // 4 x 32 x 1024 bytes; 2 x 32 x 64 x 1024 flops at 10 flops/ns bound it.

@@ -51,6 +51,8 @@ uint32_t CaseBuilder::weight(DType dtype, uint32_t rows, uint32_t cols, float sc
     f.rows = rows;
     f.cols = cols;
     f.row_bytes = row_bytes(dtype, cols);
+    // A Q8_0 MMA tile is 16 rows of at least 256 columns (272 bytes: mma_span_cols), over the small pages' 4096.
+    if (dtype == DType::Q8_0 && cols % 256 == 0) b_.page_bytes = std::max<uint64_t>(b_.page_bytes, 16 * row_bytes(dtype, 256));
     std::vector<uint8_t> bytes(f.row_bytes * rows);
     std::vector<float> row(cols);
     for (uint32_t r = 0; r < rows; ++r) {

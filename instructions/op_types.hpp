@@ -90,7 +90,8 @@ struct Tile {
     bool whole_rows() const { return n_cols == 0; }
     // Bytes of one row in the page (an MMA tile's rows are packed), and the tile's first byte within a row.
     uint64_t piece_bytes() const { return whole_rows() || n_rows == 0 ? bytes : bytes / n_rows; }
-    uint64_t col_byte() const { return whole_rows() ? 0 : piece_bytes() / n_cols * col_begin; }
+    // (Block formats: piece_bytes / n_cols is a fraction, 34/32 for Q8_0; col_begin is a whole number of blocks.)
+    uint64_t col_byte() const { return whole_rows() ? 0 : piece_bytes() * col_begin / n_cols; }
 };
 
 // What a page plan depends on: the weights' formats and the target's pages.

@@ -44,13 +44,16 @@ void check_access(const Schedule& s, const ProgramMemory& memory, const Access& 
         fail("writes the {} cache at more than the step's position, which the race detector does not track", cache);
 }
 
-// An MMA tile (page_plan.hpp) as the device code takes it (rows_math.cuh): up to 16 rows of BF16 or F16 columns inside the
-// weight's rows, in whole 32-column spans, 16-byte pieces (bulk copies); a pass whose slice the plan's pages hold at
-// once (more would leave the consumers waiting on a page that never fills).
+// An MMA tile (page_plan.hpp) as the device code takes it (rows_math.cuh): up to 16 rows of a format it takes inside
+// the weight's rows, in whole spans (mma_span_cols), 16-byte pieces (bulk copies); a pass whose slice the plan's pages
+// hold at once (more would leave the consumers waiting on a page that never fills).
 bool mma_tile_fits(const Tile& tile, const WeightRef& w, uint32_t n_pages) {
-    return (w.dtype == DType::BF16 || w.dtype == DType::F16) && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
-           tile.n_rows <= kMmaGroupRows && tile.n_cols % 32 == 0 && uint64_t(tile.col_begin) + tile.n_cols <= w.cols &&
-           tile.bytes == 2ull * tile.n_rows * tile.n_cols && tile.piece_bytes() % 16 == 0 && tile.col_byte() % 16 == 0 &&
+    const uint32_t span = mma_span_cols(uint32_t(w.dtype));
+    return span && w.cols % span == 0 && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
+           tile.n_rows <= kMmaGroupRows && tile.n_cols % span == 0 && tile.col_begin % span == 0 &&
+           uint64_t(tile.col_begin) + tile.n_cols <= w.cols &&
+           tile.bytes == tile.n_rows * (w.row_bytes * tile.n_cols / w.cols) && tile.piece_bytes() % 16 == 0 &&
+           tile.col_byte() % 16 == 0 &&
            w.row_bytes % 16 == 0 && tile.pass_tiles >= 1 && tile.pass_tiles <= std::min(n_pages, kMmaMaxPassTiles);
 }
 

@@ -79,10 +79,14 @@ PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t
     return plan;
 }
 
-uint32_t mma_slice_cols(uint64_t page_bytes) {
-    uint64_t cols = page_bytes / (2 * kMmaGroupRows) / 64 * 64 + 32;  // BF16: 2 bytes a column
+uint32_t mma_slice_cols(uint64_t page_bytes, const WeightFormat& w) {
+    const uint32_t span = mma_span_cols(w.dtype);
+    if (span == 0 || w.cols == 0) return 0;
+    const uint64_t span_bytes = w.row_bytes / (w.cols / span);
+    if (span > 32) return uint32_t(page_bytes / (kMmaGroupRows * span_bytes) * span);  // Q8_0: loads of 2 bytes
+    uint64_t cols = page_bytes / (2 * kMmaGroupRows) / 64 * 64 + 32;  // 2 bytes a column
     while (cols > 32 && 2 * kMmaGroupRows * cols > page_bytes) cols -= 64;
-    return uint32_t(cols);
+    return 2 * kMmaGroupRows * cols > page_bytes ? 0 : uint32_t(cols);
 }
 
 uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages) {
@@ -93,12 +97,11 @@ uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_
 }
 
 bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t block_tokens) {
-    if (!in.tensor_cores || mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0 ||
-        2 * kMmaGroupRows * 32 > in.page_bytes)
-        return false;
+    if (!in.tensor_cores || mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0) return false;
     for (uint32_t id : weights) {
         const WeightFormat& w = in.weights[id];
-        if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16) return false;
+        if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16 || mma_slice_cols(in.page_bytes, w) == 0)
+            return false;
     }
     return true;
 }
@@ -108,7 +111,8 @@ PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> we
     PagePlan plan;
     const std::vector<uint32_t> ids(weights);
     for (uint32_t id : ids) check_rows(in, id, row_begin, n_rows);
-    const uint32_t cols = in.weights[ids[0]].cols, width = mma_slice_cols(in.page_bytes);
+    const WeightFormat& format = in.weights[ids[0]];
+    const uint32_t cols = format.cols, width = mma_slice_cols(in.page_bytes, format);
     const uint32_t groups = (n_rows + kMmaGroupRows - 1) / kMmaGroupRows;
     const uint32_t n_weights = uint32_t(ids.size());
     const uint32_t pass_tiles = mma_pass_tiles(block_tokens, n_weights, in.max_pages);
@@ -124,7 +128,8 @@ PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> we
                     const uint32_t first = row_begin + g * kMmaGroupRows;
                     const uint32_t rows = std::min(kMmaGroupRows, row_begin + n_rows - first);
                     const uint32_t n_cols = std::min(width, cols - col);
-                    plan.tiles.push_back({id, first, rows, 2ull * rows * n_cols, col, n_cols, in_pass});
+                    const uint64_t piece = format.row_bytes * n_cols / cols;  // whole spans: exact
+                    plan.tiles.push_back({id, first, rows, rows * piece, col, n_cols, in_pass});
                 }
     }
     finish_page_plan(plan, in);

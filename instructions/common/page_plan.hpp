@@ -30,10 +30,10 @@ uint64_t plan_weight_bytes(const PagePlan& plan);
 // one weight, or gate/up pairs) goes slice by slice: for each slice, for each group, each weight's tile. A consumer
 // holds one slice of its pass (that many pages) while its accumulators stay in registers across the slices, so it
 // reads the activations' slice once for all the pass's rows.
-// The widest slice whose 16 BF16 rows fit a page, a multiple of 32 columns (a warp's two k-steps) at an odd
-// multiple of 32: rows 64 bytes mod 128 apart, so the 8 lanes of a 128-bit shared load phase hit distinct banks.
-// 480 columns (15360 bytes) for 16 KiB pages.
-uint32_t mma_slice_cols(uint64_t page_bytes);
+// The widest slice whose 16 rows of `w` fit a page, in whole spans (mma_span_cols); 0 if none fits. BF16/F16: an
+// odd multiple of 32 columns, rows 64 bytes mod 128 apart, so the 8 lanes of a 128-bit shared load phase hit distinct
+// banks: 480 columns (15360 bytes) for 16 KiB pages. Q8_0: 768 columns (816 bytes a row, 13056 a tile).
+uint32_t mma_slice_cols(uint64_t page_bytes, const WeightFormat& w);
 // Tiles in each slice of a pass: the most the warps' accumulators (token_rows.hpp) and the pages allow, whole groups
 // of `n_weights` tiles; 0 when not even one group fits.
 uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages);

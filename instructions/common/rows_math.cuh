@@ -61,12 +61,26 @@ __device__ inline void split_f16_pair(uint32_t w, uint32_t& hi, uint32_t& lo) {
     lo = uint32_t(l0) | uint32_t(l1) << 16;
 }
 
-// d += A . B on one k-step for an A of BF16 weights (2 products: the input's halves) or of F16 weights split as above
-// (3: w_hi x_hi, w_hi x_lo, w_lo x_hi; w_lo x_lo is below 2^-18 of the product and left out).
-template <bool kF16>
+// The weight formats MMA tiles take (token_rows.hpp's mma_eligible).
+enum class MmaWeights { bf16, f16, q8_0 };
+
+// Eight Q8_0 quants (2-byte aligned in the block) as four bf16 pairs, exactly (|q| <= 128 needs 8 bits).
+__device__ inline uint4 q8_bf16_pairs(const uint8_t* q) {
+    uint32_t out[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+        const uint16_t two = load_u16(q + 2 * k);
+        out[k] = uint32_t(f32_to_bf16(float(int8_t(two & 0xff)))) | uint32_t(f32_to_bf16(float(int8_t(two >> 8)))) << 16;
+    }
+    return {out[0], out[1], out[2], out[3]};
+}
+
+// d += A . B on one k-step for an A of bf16 weights (2 products: the input's halves) or of F16 weights split as above
+// (3: w_hi x_hi, w_hi x_lo, w_lo x_hi; w_lo x_lo is below 2^-18 of the product and left out). `f16` is the same for
+// the whole warp.
 __device__ inline void mma_weight_step(float (&d)[4], const uint32_t (&a)[4], uint32_t hi0, uint32_t hi1, uint32_t lo0,
-                                       uint32_t lo1) {
-    if constexpr (!kF16) {
+                                       uint32_t lo1, bool f16) {
+    if (!f16) {
         ptx::mma_m16n8k16_bf16(d, a, {hi0, hi1}, d);
         ptx::mma_m16n8k16_bf16(d, a, {lo0, lo1}, d);
     } else {
@@ -88,9 +102,13 @@ __device__ inline void mma_weight_step(float (&d)[4], const uint32_t (&a)[4], ui
 // each 32 columns a lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a
 // permuted k order, the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the
 // fragment's k = 2t, 2t+1, 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the layout).
-template <uint32_t kTiles, uint32_t kChunks, bool kF16, class Tiles, class Column, class Visit>
+template <uint32_t kTiles, uint32_t kChunks, class Tiles, class Column, class Visit>
 __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                           uint32_t cols, Column&& column, Visit&& visit) {
+    // The format, a branch the same for the whole team: instances per format made the ops' code too big to inline.
+    const MmaWeights kind = DType(ctx.weights[tiles.info(0).weight].dtype) == DType::F16    ? MmaWeights::f16
+                            : DType(ctx.weights[tiles.info(0).weight].dtype) == DType::Q8_0 ? MmaWeights::q8_0
+                                                                                            : MmaWeights::bf16;
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
     const uint32_t chunks = (n + 7) / 8;
     for (uint32_t base = 0; base < tiles.count();) {
@@ -134,15 +152,30 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
 #pragma unroll
                     for (uint32_t i = 0; i < kTiles; ++i) {
                         if (i >= in_pass) continue;
-                        const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
                         const uint32_t rows = i < full_tiles ? kMmaGroupRows : last_rows;
                         const uint4 zero{0, 0, 0, 0};
-                        const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
-                        const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
-                        const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                         float(&d)[4] = acc[i][c];
-                        mma_weight_step<kF16>(d, a0, hi[0], hi[1], lo[0], lo[1]);
-                        mma_weight_step<kF16>(d, a1, hi[2], hi[3], lo[2], lo[3]);
+                        if (kind != MmaWeights::q8_0) {
+                            const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
+                            const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
+                            const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
+                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+                            mma_weight_step(d, a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
+                            mma_weight_step(d, a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
+                        } else {
+                            // The 32 columns are one 34-byte block (an f16 scale, 32 int8): the quants' dots on the
+                            // tensor cores, then scaled by the rows' scales (a missing row: 0, its bytes unread).
+                            const uint8_t* p = page[i] + 34 * (k0 / 32);
+                            const uint4 r0 = g < rows ? q8_bf16_pairs(p + g * pitch + 2 + 8 * t) : zero;
+                            const uint4 r1 = g + 8 < rows ? q8_bf16_pairs(p + (g + 8) * pitch + 2 + 8 * t) : zero;
+                            const float s0 = g < rows ? f16_to_f32(load_u16(p + g * pitch)) : 0.0f;
+                            const float s1 = g + 8 < rows ? f16_to_f32(load_u16(p + (g + 8) * pitch)) : 0.0f;
+                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+                            float q[4] = {};
+                            mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
+                            mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
+                            d[0] += s0 * q[0], d[1] += s0 * q[1], d[2] += s1 * q[2], d[3] += s1 * q[3];
+                        }
                     }
                 }
             }
@@ -185,12 +218,9 @@ __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const 
         // The page plan's passes hold 8 tiles where 7 warps need 1 chunk each, else 4 for 2 (page_plan.cpp).
         // Teams have >= kMmaTeamWarps warps and n <= the block the plan was made for, so neither shape is exceeded.
         constexpr uint32_t kPairTiles = kMmaAccumulators / 4 / kMmaMaxChunks;
-        const bool one_chunk = mma_chunks_per_warp(n, team.n_warps()) <= 1;
-        if (ctx.weights[tiles.info(0).weight].dtype == uint32_t(DType::F16))
-            return one_chunk ? mma_row_token_dots<kMmaMaxPassTiles, 1, true>(ctx, team, tiles, n, cols, column, visit)
-                             : mma_row_token_dots<kPairTiles, kMmaMaxChunks, true>(ctx, team, tiles, n, cols, column, visit);
-        return one_chunk ? mma_row_token_dots<kMmaMaxPassTiles, 1, false>(ctx, team, tiles, n, cols, column, visit)
-                         : mma_row_token_dots<kPairTiles, kMmaMaxChunks, false>(ctx, team, tiles, n, cols, column, visit);
+        if (mma_chunks_per_warp(n, team.n_warps()) <= 1)
+            return mma_row_token_dots<kMmaMaxPassTiles, 1>(ctx, team, tiles, n, cols, column, visit);
+        return mma_row_token_dots<kPairTiles, kMmaMaxChunks>(ctx, team, tiles, n, cols, column, visit);
     }
     for_each_warp_row(ctx, team, tiles,
                       [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {

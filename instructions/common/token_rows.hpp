@@ -42,10 +42,11 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
 }
 
 // The device code runs a weight matrix times a block's token columns on tensor cores (mma.sync m16n8k16, bf16
-// operands, fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16
-// or F16 weights whose rows are whole 32-column spans, and a token block of 8 (one n8 fragment) to kMmaMaxTokens.
-// Else scalar dots on CUDA cores. The activations go in as bf16 halves (hi and lo), not f16 ones, whose 5-bit
-// exponent overflows past 65504; so F16 weights are split into two bf16 (exact) and take a third product.
+// operands, fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16,
+// F16 or Q8_0 weights whose rows are whole spans (mma_span_cols), and a token block of 8 (one n8 fragment) to
+// kMmaMaxTokens. Else scalar dots on CUDA cores. The activations go in as bf16 halves (hi and lo), not f16 ones, whose
+// 5-bit exponent overflows past 65504; so F16 weights are split into two bf16 (exact) and take a third product, and
+// Q8_0's quants go in as bf16 (exact), each 32-column block's dots then scaled by its rows' scales.
 inline constexpr uint32_t kMmaMinTokens = 8;
 inline constexpr uint32_t kMmaGroupRows = 16;  // the weight rows of an MMA tile: mma.m16n8k16's m
 // A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators, for
@@ -61,9 +62,15 @@ inline constexpr uint32_t kMmaMaxTokens = kMmaTeamWarps * 8 * kMmaMaxChunks;
 MK_HOST_DEVICE inline uint32_t mma_chunks_per_warp(uint32_t tokens, uint32_t n_warps) {
     return ((tokens + 7) / 8 + n_warps - 1) / n_warps;
 }
+// The columns an MMA tile's slices come in: a warp's two k-steps (32); for Q8_0, 8 blocks of 34 bytes (272), the
+// 16-byte multiple the loader's bulk copies need. 0: the format takes no MMA tiles.
+MK_HOST_DEVICE inline uint32_t mma_span_cols(uint32_t dtype) {
+    if (dtype == uint32_t(DType::BF16) || dtype == uint32_t(DType::F16)) return 32;
+    return dtype == uint32_t(DType::Q8_0) ? 256 : 0;
+}
 MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
-    return (dtype == uint32_t(DType::BF16) || dtype == uint32_t(DType::F16)) && cols % 32 == 0 &&
-           block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
+    const uint32_t span = mma_span_cols(dtype);
+    return span && cols % span == 0 && block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
 }
 // The MMAs a k-step issues per tile and 8-token chunk: the input's hi and lo halves, and for F16 weights their low
 // half against the input's high one (rows_math.cuh's mma_weight_step).

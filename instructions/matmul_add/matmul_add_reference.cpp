@@ -34,7 +34,8 @@ std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
         for (const Shape& s : {Shape{64, 256, 16, 40, 4, 4, 0, 0, 0}, Shape{48, 512, 0, 48, 7, 5, 0, 0, 0},
                                Shape{40, 256, 8, 24, 5, 3, 1, 0, 0}, Shape{64, 256, 8, 24, 40, 40, 0, 16, 16},
                                Shape{48, 256, 0, 48, 40, 37, 1, 32, 8},
-                               Shape{40, 64, 0, 40, 104, 101, 0, 0, 0}}) {  // 13 8-token chunks: passes of 4 tiles
+                               Shape{40, 64, 0, 40, 104, 101, 0, 0, 0},  // 13 8-token chunks: passes of 4 tiles
+                               Shape{32, 1024, 0, 32, 16, 16, 0, 0, 0}}) {  // MMA slices: 480 + 480 + 64, Q8_0 768 + 256
             // the tensor cores' 2-chunk shape: their formats only
             if (s.n_tok > 64 && dtype != DType::BF16 && dtype != DType::F16) continue;
             CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);

@@ -207,10 +207,10 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
 }
 
 // The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
-// such plans for every prefill rows op in both formats that take it (BF16 and F16, 8 to 112 tokens), or the emulated
-// device code they check is the scalar path alone. Each case's plan is also checked against its weights: 16-row
+// such plans for every prefill rows op in every format that takes it (BF16, F16, Q8_0; 8 to 112 tokens), or the
+// emulated device code they check is the scalar path alone. Each case's plan is also checked against its weights: 16-row
 // groups, slices that tile the rows; and without tensor cores, whole rows.
-TEST_CASE("the prefill rows ops' BF16 and F16 cases of 8+ tokens stream MMA tiles", "[cpu]") {
+TEST_CASE("the prefill rows ops' cases of 8+ tokens in the MMA formats stream MMA tiles", "[cpu]") {
     for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {
         const OpReference& ref = op_reference(uint16_t(opcode));
         INFO(ref.name);
@@ -223,8 +223,10 @@ TEST_CASE("the prefill rows ops' BF16 and F16 cases of 8+ tokens stream MMA tile
             std::map<std::pair<uint32_t, uint32_t>, uint32_t> covered;  // (weight, row) -> columns streamed
             for (const Tile& t : plan.tiles) {
                 CHECK(!t.whole_rows());
-                CHECK((t.n_rows >= 1 && t.n_rows <= kMmaGroupRows && t.n_cols % 32 == 0));
-                CHECK(t.bytes == 2ull * t.n_rows * t.n_cols);
+                const WeightFormat& w = c.buffers.formats.at(t.weight);
+                const uint32_t span = mma_span_cols(w.dtype);
+                CHECK((span != 0 && t.n_rows >= 1 && t.n_rows <= kMmaGroupRows && t.n_cols % span == 0));
+                CHECK(t.bytes == t.n_rows * (w.row_bytes * t.n_cols / w.cols));
                 CHECK(t.bytes <= c.buffers.page_bytes);
                 for (uint32_t r = 0; r < t.n_rows; ++r) {
                     uint32_t& cols = covered[{t.weight, t.row_begin + r}];
@@ -241,6 +243,7 @@ TEST_CASE("the prefill rows ops' BF16 and F16 cases of 8+ tokens stream MMA tile
         }
         CHECK(mma_cases[DType::BF16] > 0);
         CHECK(mma_cases[DType::F16] > 0);
+        CHECK(mma_cases[DType::Q8_0] > 0);
     }
 }
 

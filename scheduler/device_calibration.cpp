@@ -41,6 +41,7 @@ const std::vector<KeySlot>& key_slots() {
         {{"shuffle_ns", "ns", false}, &DeviceModel::shuffle_ns},
         {{"exp_ns", "ns", false}, &DeviceModel::exp_ns},
         {{"sm_tensor_gflops", "GFLOP/s", true}, &DeviceModel::sm_tensor_gflops},
+        {{"sm_issue_per_ns", "instructions/ns", true}, &DeviceModel::sm_issue_per_ns},
         {{"l2_gbs", "GB/s", true}, &DeviceModel::l2_gbs},
         {{"bandwidth_gbs", "GB/s", true}, nullptr, &Target::bandwidth_gbs},
         {{"hop_ns", "ns", false}, nullptr, &Target::hop_ns},

@@ -44,6 +44,8 @@ DeviceModel device_model_h200() {
     // H100/H200 SXM datasheet: 989.4 TFLOPS dense BF16, for wgmma; public Hopper microbenchmarks find the Ampere-style
     // mma.sync (and wmma) at about half of it: 494.7 / 132 SMs (assumed until measured: calibrate.cu's mma chains).
     m.sm_tensor_gflops = 989400.0 / 2 / 132.0;
+    // Assumed until measured: 4 schedulers, one instruction a cycle each, at the 1.98 GHz boost clock.
+    m.sm_issue_per_ns = 4 * 1.98;
     // Assumed until measured (calibrate.cu's L2 fill): public H100 microbenchmarks put L2 reads at ~5.5-7 TB/s with
     // every SM reading; the low end.
     m.l2_gbs = 5500;
@@ -102,11 +104,18 @@ struct RowsWork {
     uint64_t weight_bytes = 0;  // the plan's tiles
     uint64_t input_reads = 0;   // times the block's inputs are read: once a pass (MMA tiles), once a row (whole rows)
     uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products(dtype) a k-step
+    uint64_t mma_instructions = 0;  // what the warps issue for them (KernelStructure's per-k-step counts)
     uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
 };
 
 // `op`: the op's name (rms_* norm their inputs).
-RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost) {
+uint32_t mma_step_instructions(uint32_t dtype, const KernelStructure& c) {
+    if (dtype == uint32_t(DType::F16)) return c.mma_step_instructions_f16;
+    return dtype == uint32_t(DType::Q8_0) ? c.mma_step_instructions_q8_0 : c.mma_step_instructions_bf16;
+}
+
+RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
+                   const KernelStructure& code) {
     RowsWork w;
     w.normed = op.rfind("rms_", 0) == 0;
     w.mma = !plan.tiles.empty() && !plan.tiles[0].whole_rows();
@@ -121,9 +130,12 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         const uint32_t slices = (s.weights[first.weight].cols + first.n_cols - 1) / first.n_cols;
         const uint32_t dtype = s.weights[first.weight].dtype;
         const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * std::max(1u, first.pass_tiles));
+        const uint64_t chunk_steps = chunk_tokens / 8 * ((s.weights[first.weight].cols + 31) / 32);  // a pass's
+        w.mma_instructions += chunk_steps * code.mma_chunk_step_instructions;
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);
+            w.mma_instructions += chunk_tokens / 8 * (plan.tiles[t].n_cols / 32) * mma_step_instructions(dtype, code);
         }
         ++w.input_reads;
     }
@@ -187,16 +199,18 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         // from L2, which the first block's instruction filled in the same wave: gemm_tiling), the inputs from L2 as
         // often as rows_math.cuh reads them, and the dots on tensor cores (MMA tiles) or CUDA cores.
         const PagePlan plan = plan_of(s, ins);
-        const RowsWork work = rows_work(s, name, plan, cost);
+        const RowsWork work = rows_work(s, name, plan, cost, m.code);
         // A model without an L2 rate prices L2 reads at the DRAM share; one without tensor cores, every flop on the
         // CUDA cores.
         const double l2_bytes_per_ns = m.l2_gbs > 0 ? m.l2_gbs / s.target.n_sms : fill_bytes_per_ns;
         const double math_ns = work.mma && m.sm_tensor_gflops > 0 ? double(work.tensor_flops) / m.sm_tensor_gflops
                                                                   : double(cost.flops) / s.target.sm_gflops;
+        // The MMA tiles' instruction issue (their inputs' and F16/Q8_0 weights' conversions): a third bound.
+        const double issue_ns = m.sm_issue_per_ns > 0 ? double(work.mma_instructions) / m.sm_issue_per_ns : 0.0;
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
-        t.consume_ns = t.prologue_ns + std::max(double(l2_bytes) / l2_bytes_per_ns, math_ns);
+        t.consume_ns = t.prologue_ns + std::max({double(l2_bytes) / l2_bytes_per_ns, math_ns, issue_ns});
         t.fill_bytes_per_ns = cost.later_token_block ? l2_bytes_per_ns : 0.0;
         t.load_ns = double(work.weight_bytes) / (cost.later_token_block ? l2_bytes_per_ns : fill_bytes_per_ns);
         for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
@@ -212,9 +226,9 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
 }
 
 const char* PrefillBounds::bound() const {
-    const double parts[4] = {dram_ms, l2_ms, tensor_ms, other_ms};
-    const char* names[4] = {"DRAM bytes", "L2 bytes", "tensor-core flops", "other flops"};
-    return names[std::max_element(parts, parts + 4) - parts];
+    const double parts[5] = {dram_ms, l2_ms, tensor_ms, issue_ms, other_ms};
+    const char* names[5] = {"DRAM bytes", "L2 bytes", "tensor-core flops", "instruction issue", "other flops"};
+    return names[std::max_element(parts, parts + 5) - parts];
 }
 
 PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
@@ -228,17 +242,19 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
                 b.other_flops += cost.flops;
                 continue;
             }
-            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost);
+            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m.code);
             (cost.later_token_block ? b.l2_bytes : b.dram_bytes) += work.weight_bytes;
             b.l2_bytes += work.l2_bytes;
             const bool tensor = work.mma && m.sm_tensor_gflops > 0;
             (tensor ? b.tensor_flops : b.other_flops) += tensor ? work.tensor_flops : cost.flops;
+            b.mma_instructions += work.mma_instructions;
         }
     const double n = double(s.streams.size());
     b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
     b.l2_ms = double(b.l2_bytes) / (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / 1e6;
     b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
+    b.issue_ms = m.sm_issue_per_ns > 0 ? double(b.mma_instructions) / (n * m.sm_issue_per_ns) / 1e6 : 0.0;
     return b;
 }
 

@@ -43,6 +43,14 @@ struct KernelStructure {
     bool stream_across_steps = false;   // the loader fills step s+1's first pages while step s finishes
     uint32_t queue_depth = 8;           // instructions the loader may stage ahead of the consumers (0: no bound;
                                         // before the shared-memory queue only the pages bounded it)
+    // Prefill rows ops on MMA tiles (rows_math.cuh): instructions a warp issues for one 32-column k-step of one
+    // 8-token chunk, per tile by weight format, and once per chunk for its inputs. Counted from the source (a SASS
+    // count on the H200 is the check).
+    uint32_t mma_step_instructions_bf16 = 8;   // 2 LDS.128, 4 HMMA, addressing
+    uint32_t mma_step_instructions_f16 = 74;   // + 2 HMMA, 8 weight pairs split (8 each: 2 HADD2.F32, 2 cvt.bf16x2, 4 ALU)
+    uint32_t mma_step_instructions_q8_0 = 64;  // 10 LDS.U16 (quants, scales), 8 quant pairs (2 PRMT, 2 I2F, 1 cvt),
+                                               // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
+    uint32_t mma_chunk_step_instructions = 56;  // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -62,6 +70,7 @@ struct DeviceModel {
     double shuffle_ns = 0;         // one dependent SHFL
     double exp_ns = 0;             // the online softmax's two expf and its bookkeeping, per trip
     double sm_tensor_gflops = 0;   // one SM's dense BF16/F16 tensor-core rate (mma.sync, fp32 accumulate)
+    double sm_issue_per_ns = 0;    // instructions the SM's 4 schedulers issue per ns, all warps together
     double l2_gbs = 0;             // the device's L2 read bandwidth, every SM reading at once (GB/s)
     KernelStructure code;
 };
@@ -92,10 +101,11 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 
 // What bounds a prefill step with every SM busy at once, each part's total over the step at the whole device's rate:
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
-// the device code reads them), MMAs as issued (padding and hi/lo products included) and the other flops.
+// the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
+// warps issue (their format conversions) and the other flops.
 struct PrefillBounds {
-    uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, other_flops = 0;
-    double dram_ms = 0, l2_ms = 0, tensor_ms = 0, other_ms = 0;
+    uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, other_flops = 0;
+    double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0;
     const char* bound() const;  // the largest part's name
 };
 PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m);

@@ -52,6 +52,16 @@ __device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], c
                                         const float (&c)[4] MK_WHERE) {
     ::mk_emu::mma_m16n8k16(::mk_emu::MmaInput::f16, d, a, b, c, where);
 }
+// Two floats rounded to bf16 (to nearest, ties to even) and packed: lo in bits 0-15, hi in 16-31. NaN: a quiet NaN.
+__device__ inline uint32_t bf16x2_rn(float lo, float hi) {
+    auto round = [](float f) {
+        uint32_t x;
+        __builtin_memcpy(&x, &f, 4);
+        if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+        return (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+    };
+    return round(lo) | round(hi) << 16;
+}
 __device__ inline void griddep_launch_dependents(MK_WHERE_ONLY) { ::mk_emu::griddep_launch_dependents(where); }
 __device__ inline void griddep_wait(MK_WHERE_ONLY) { ::mk_emu::griddep_wait(where); }
 
@@ -119,6 +129,12 @@ __device__ inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], c
                  : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
                    "f"(c[3]));
+}
+// Two floats rounded to bf16 (to nearest, ties to even) and packed: lo in bits 0-15, hi in 16-31; one instruction.
+__device__ inline uint32_t bf16x2_rn(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
 }
 // Programmatic dependent launch (sm_90): let the stream's next kernel, launched with programmatic stream
 // serialization, start once every block of this grid has run this (or exited); and, in such a kernel, wait

@@ -44,21 +44,19 @@ __device__ inline void rms_scales(const float* x, uint32_t width, uint32_t n, fl
     team.sync();
 }
 
-// x = hi + lo as two bf16 values (hi rounded to nearest, lo the remainder rounded): the weight's two exact products
-// with them keep the dot within ~2^-17 of fp32 per element, where x in one bf16 would lose 2^-9.
-__device__ inline void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
-    hi = f32_to_bf16(x);
-    lo = f32_to_bf16(x - bf16_to_f32(hi));
+// x = hi + lo as two bf16 values (hi rounded to nearest, lo the remainder rounded), for a pair of values packed as
+// MMA fragments take them: the weight's two exact products with them keep the dot within ~2^-17 of fp32 per element,
+// where x in one bf16 would lose 2^-9. Six instructions a pair (two conversions of two values each).
+__device__ inline void split_bf16_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+    hi = ptx::bf16x2_rn(x0, x1);
+    lo = ptx::bf16x2_rn(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
 }
 
 // Two F16 weights (a 32-bit pair) as bf16 pairs hi + lo, exactly: an f16's 11 significant bits are bf16's 8 plus a
 // remainder of at most 3 (both exponents in bf16's range, subnormals included).
 __device__ inline void split_f16_pair(uint32_t w, uint32_t& hi, uint32_t& lo) {
-    uint16_t h0, l0, h1, l1;
-    split_bf16(f16_to_f32(uint16_t(w)), h0, l0);
-    split_bf16(f16_to_f32(uint16_t(w >> 16)), h1, l1);
-    hi = uint32_t(h0) | uint32_t(h1) << 16;
-    lo = uint32_t(l0) | uint32_t(l1) << 16;
+    const float2 f = half2_bits_to_f2(w);
+    split_bf16_pair(f.x, f.y, hi, lo);
 }
 
 // The weight formats MMA tiles take (token_rows.hpp's mma_eligible).
@@ -70,7 +68,7 @@ __device__ inline uint4 q8_bf16_pairs(const uint8_t* q) {
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k) {
         const uint16_t two = load_u16(q + 2 * k);
-        out[k] = uint32_t(f32_to_bf16(float(int8_t(two & 0xff)))) | uint32_t(f32_to_bf16(float(int8_t(two >> 8)))) << 16;
+        out[k] = ptx::bf16x2_rn(float(int8_t(two & 0xff)), float(int8_t(two >> 8)));
     }
     return {out[0], out[1], out[2], out[3]};
 }
@@ -141,13 +139,10 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                     const auto x = column(j < n ? j : 0);
 #pragma unroll
                     for (uint32_t e = 0; e < 4; ++e) {
-                        uint16_t h0 = 0, l0 = 0, h1 = 0, l1 = 0;
-                        if (j < n) {
-                            split_bf16(x.at(col0 + k0 + 8 * t + 2 * e), h0, l0);
-                            split_bf16(x.at(col0 + k0 + 8 * t + 2 * e + 1), h1, l1);
-                        }
-                        hi[e] = uint32_t(h0) | uint32_t(h1) << 16;
-                        lo[e] = uint32_t(l0) | uint32_t(l1) << 16;
+                        hi[e] = lo[e] = 0;
+                        if (j < n)
+                            split_bf16_pair(x.at(col0 + k0 + 8 * t + 2 * e), x.at(col0 + k0 + 8 * t + 2 * e + 1), hi[e],
+                                            lo[e]);
                     }
 #pragma unroll
                     for (uint32_t i = 0; i < kTiles; ++i) {

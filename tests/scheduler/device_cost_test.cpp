@@ -263,6 +263,17 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     t = device_instruction_time(s, first, 0, m);
     CHECK(t.tile_bytes.size() == 12);
     CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 32 * 3 / 1000.0));
+    // The warps' instruction issue as a third bound (1 a ns): per 32-column k-step, 8-token chunk and tile the
+    // format's count, per k-step and chunk the inputs' 56; 4 chunks, 32 k-steps, 4 groups of 16 rows.
+    m.sm_issue_per_ns = 1.0;
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 74 + 56)));
+    s.weights[wo].dtype = uint32_t(DType::BF16);
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 8 + 56)));
+    const PrefillBounds issue = prefill_bounds(s, m);  // the stream's one instruction, over 2 SMs
+    CHECK(issue.mma_instructions == 4ull * 32 * (4 * 8 + 56));
+    CHECK(issue.issue_ms == Approx(4.0 * 32 * (4 * 8 + 56) / 2 / 1e6));
+    CHECK(std::string(issue.bound()) == "instruction issue");
+    m.sm_issue_per_ns = 0.0;
 
     // F32 weights: whole rows (4 a page), each row's dots read all 32 tokens' inputs again: 63 more reads of
     // 4 x 32 x 1024 bytes; 2 x 32 x 64 x 1024 flops at 10 flops/ns bound it.

@@ -46,7 +46,7 @@ constexpr uint32_t kTokenBlockAlign = 16;
 // 60 -> 19 GB a chunk. The CPU target (8 virtual SMs, T = 256, quantized weights) keeps 1 to 4 token blocks of
 // 64 to 256 tokens: SmolLM2-135M Q4_1 o_proj 8 x 1 -> 2 x 4, Llama-3.2-1B Q8_0 gate_up stays 8 x 1.
 // `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two. Where the
-// weights stream in MMA tiles (BF16 on a GPU target), a block reads its tokens' inputs once per pass of its rows
+// weights stream in MMA tiles (BF16, F16, Q8_0 on a GPU target), a block reads its tokens' inputs once per pass of its rows
 // (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 56 tokens,
 // 64 up to 112, none beyond (scalar dots read the inputs once a row): Llama-3.2-1B's gate_up in BF16 on the H200
 // target went from 187 rows x 176 tokens to 679 x 32, qkv from 172 x 80 to 256 x 32.

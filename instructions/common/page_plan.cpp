@@ -100,6 +100,9 @@ bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights
     if (!in.tensor_cores || mma_pass_tiles(block_tokens, uint32_t(weights.size()), in.max_pages) == 0) return false;
     for (uint32_t id : weights) {
         const WeightFormat& w = in.weights[id];
+        // The device takes a pass's format, pitch and slices from its first weight: a gate/up pair alike or not at all.
+        const WeightFormat& first = in.weights[*weights.begin()];
+        if (w.dtype != first.dtype || w.cols != first.cols || w.row_bytes != first.row_bytes) return false;
         if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16 || mma_slice_cols(in.page_bytes, w) == 0)
             return false;
     }

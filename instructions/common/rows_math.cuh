@@ -1,6 +1,6 @@
 // Device helpers the prefill (rows) ops share: a chunk's activations are (T, width) fp32 rows, one per token
 // (token_rows.hpp); each weight tile is acquired once and every one of its rows is dotted with all the step's
-// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16 or F16, page_plan.hpp) run on
+// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16, F16 or Q8_0, page_plan.hpp) run on
 // tensor cores (mma.sync m16n8k16, bf16 operands); whole-row tiles take scalar fp32 dots (row_dot) for every format.
 #pragma once
 #include "instructions/common/device_math.cuh"

@@ -223,11 +223,12 @@ __global__ void mma_chains(uint32_t n, uint64_t* ns, float* sink) {
     sink[threadIdx.x] = d[0][0] + d[1][1] + d[2][2] + d[3][3];
 }
 
-// Each thread runs 8 independent chains of integer multiply-adds (one instruction each), n rounds of 4 per chain:
-// with 8 warps, each scheduler has 2 warps x 8 chains in flight, past the IMAD latency.
-__global__ void issue_chains(uint32_t n, uint64_t* ns, uint32_t* sink) {
-    uint32_t x[8];
-    for (uint32_t k = 0; k < 8; ++k) x[k] = threadIdx.x + k;
+// Each thread runs 8 independent chains of fp32 multiply-adds (one instruction each, full rate: 128 lanes a clock
+// per SM, where integer multiply-adds run at half), n rounds of 4 per chain: with 8 warps, each scheduler has
+// 2 warps x 8 chains in flight, past the FFMA latency.
+__global__ void issue_chains(uint32_t n, uint64_t* ns, float* sink) {
+    float x[8];
+    for (uint32_t k = 0; k < 8; ++k) x[k] = float(threadIdx.x + k);
     __syncthreads();
     uint64_t t0 = 0;
     if (threadIdx.x == 0) t0 = global_timer_ns();
@@ -235,11 +236,11 @@ __global__ void issue_chains(uint32_t n, uint64_t* ns, uint32_t* sink) {
 #pragma unroll
         for (uint32_t r = 0; r < 4; ++r)
 #pragma unroll
-            for (uint32_t k = 0; k < 8; ++k) x[k] = x[k] * 0x9e3779b1u + i;
+            for (uint32_t k = 0; k < 8; ++k) x[k] = x[k] * 0.999f + 1.0f;
     __syncthreads();
     if (threadIdx.x == 0) ns[0] = global_timer_ns() - t0;
-    uint32_t all = 0;
-    for (uint32_t k = 0; k < 8; ++k) all ^= x[k];
+    float all = 0;
+    for (uint32_t k = 0; k < 8; ++k) all += x[k];
     sink[threadIdx.x] = all;
 }
 
@@ -491,11 +492,11 @@ Calibration run_calibration() {
     {
         const uint32_t n = scaled(65536, 2), warps = 8;  // 16.8 M warp instructions: ~2 ms at 7.9 a ns
         const double per_ns = median_of(repeats, [&](uint32_t) {
-            launch("issue", issue_chains, 1, 32 * warps, 0, n, t, sink.as<uint32_t>());
+            launch("issue", issue_chains, 1, 32 * warps, 0, n, t, sink.as<float>());
             return double(warps) * 32 * n / double(std::max<uint64_t>(read_u64(t, "issue"), 1));
         });
         constant("sm_issue_per_ns", per_ns,
-                 fmt::format("8 warps on one SM, each thread 8 independent chains of {} integer multiply-adds: "
+                 fmt::format("8 warps on one SM, each thread 8 independent chains of {} fp32 multiply-adds: "
                              "warp instructions issued per ns (the loop's own, 2-3 a round of 32, not counted)",
                              4 * n));
     }

@@ -84,9 +84,9 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         const char* spec;
         double tol;
         uint32_t tp = 1;  // > 1: the --tp-loopback schedule, for transfer and reduce_add
-        bool prefill = false;  // the prefill schedule for chunks of kChunk tokens, kRun of them run
+        bool prefill = false;  // the prefill schedule for chunks of `chunk` tokens, all but 2 of them run
+        uint32_t chunk = 7;    // 8 or more: the BF16, F16 and Q8_0 matrices in MMA tiles (tensor cores)
     };
-    constexpr uint32_t kChunk = 7, kRun = 5;
     std::set<uint16_t> covered;
     // The TP case's vocabulary splits 333/333/334, so its logits transfers take the 4-byte path.
     for (const Case& c : {Case{"synthetic:tiny-llama:f32:seed=31", 1e-5}, Case{"synthetic:tiny-qwen2:f32:seed=32", 1e-5},
@@ -99,7 +99,10 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                           Case{"synthetic:tiny-llama:f32:seed=41", 1e-5, 1, true},
                           Case{"synthetic:tiny-qwen3:f32:seed=43", 1e-5, 1, true},
                           Case{"synthetic:smollm2-135m:bf16:layers=2:seed=44", 1e-2, 1, true},
-                          Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=46", 1e-2, 1, true}}) {
+                          Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=46", 1e-2, 1, true},
+                          Case{"synthetic:smollm2-135m:bf16:layers=1:seed=47", 1e-2, 1, true, 16},
+                          Case{"synthetic:smollm2-135m:f16:layers=1:seed=48", 1e-2, 1, true, 16},
+                          Case{"synthetic:smollm2-135m:q8_0:layers=1:seed=49", 1e-2, 1, true, 16}}) {
         const auto path = std::filesystem::temp_directory_path() / (std::string("mk_ops_") + std::to_string(c.tol) +
                                                                       std::to_string(std::hash<std::string>{}(c.spec)) + ".gguf");
         write_synthetic_model(parse_synthetic_spec(c.spec), path);
@@ -111,8 +114,8 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         Schedule schedule = resolve_schedule(model, o);
         if (c.prefill)
             schedule = compile_prefill_schedule(model.config, schedule.weights, schedule.target, parse_policy(o.policy),
-                                                kChunk, false);
-        const uint32_t n_run = c.prefill ? kRun : 1;
+                                                c.chunk, false);
+        const uint32_t n_run = c.prefill ? c.chunk - 2 : 1;
         std::unique_ptr<DeviceState> state = upload_program_state(model, std::move(schedule), ctx_len);
         const Schedule& s = state->schedule;
         const ModelDims& d = s.dims;
@@ -133,7 +136,7 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         }
         const int32_t pos = 37, token = 5;
         if (c.prefill)  // the chunk's tokens, as the host writes them
-            for (uint32_t j = 0; j < kChunk; ++j) {
+            for (uint32_t j = 0; j < c.chunk; ++j) {
                 const int32_t id = int32_t(3 + 11 * j);
                 std::memcpy(start.arena.data() + s.tokens_off + 4 * j, &id, 4);
             }

@@ -48,7 +48,8 @@ static_assert(sizeof(DeviceTile) == 32);
 // copies and the L2 prefetches both go piece by piece.
 template <class F>
 MK_HOST_DEVICE void for_each_tile_piece(const DeviceTile& tile, uint64_t row_bytes, F&& f) {
-    if (tile.whole_rows()) return f(tile.src_offset, 0u, tile.bytes);
+    // Whole rows, or an MMA tile whose slice is its rows' whole width: the rows lie back to back, one copy.
+    if (tile.whole_rows() || tile.piece_bytes() == row_bytes) return f(tile.src_offset, 0u, tile.bytes);
     const uint32_t piece = tile.piece_bytes();
     for (uint32_t r = 0; r < tile.n_rows; ++r) f(tile.src_offset + r * row_bytes, r * piece, piece);
 }

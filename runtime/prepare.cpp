@@ -45,16 +45,19 @@ void check_access(const Schedule& s, const ProgramMemory& memory, const Access& 
 }
 
 // An MMA tile (page_plan.hpp) as the device code takes it (rows_math.cuh): up to 16 rows of a format it takes inside
-// the weight's rows, in whole spans (mma_span_cols), 16-byte pieces (bulk copies); a pass whose slice the plan's pages
-// hold at once (more would leave the consumers waiting on a page that never fills).
+// the weight's rows, in whole spans (mma_span_cols) of 16-byte pieces or in whole-row slices (one contiguous copy,
+// 16-byte aligned: mma_row_align), as bulk copies need; a pass whose slice the plan's pages hold at once (more would
+// leave the consumers waiting on a page that never fills).
 bool mma_tile_fits(const Tile& tile, const WeightRef& w, uint32_t n_pages) {
     const uint32_t span = mma_span_cols(uint32_t(w.dtype));
-    return span && w.cols % span == 0 && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
-           tile.n_rows <= kMmaGroupRows && tile.n_cols % span == 0 && tile.col_begin % span == 0 &&
-           uint64_t(tile.col_begin) + tile.n_cols <= w.cols &&
-           tile.bytes == tile.n_rows * (w.row_bytes * tile.n_cols / w.cols) && tile.piece_bytes() % 16 == 0 &&
-           tile.col_byte() % 16 == 0 &&
-           w.row_bytes % 16 == 0 && tile.pass_tiles >= 1 && tile.pass_tiles <= std::min(n_pages, kMmaMaxPassTiles);
+    const bool whole_width = tile.col_begin == 0 && tile.n_cols == w.cols;
+    const bool columns = whole_width ? tile.bytes % 16 == 0 && uint64_t(tile.row_begin) * w.row_bytes % 16 == 0
+                                     : mma_spans_fit(uint32_t(w.dtype), w.cols, w.row_bytes) && tile.n_cols % span == 0 &&
+                                           tile.col_begin % span == 0 && uint64_t(tile.col_begin) + tile.n_cols <= w.cols &&
+                                           tile.piece_bytes() % 16 == 0 && tile.col_byte() % 16 == 0;
+    return span && w.cols % 32 == 0 && columns && uint64_t(tile.row_begin) + tile.n_rows <= w.rows && tile.n_rows > 0 &&
+           tile.n_rows <= kMmaGroupRows && tile.bytes == tile.n_rows * (w.row_bytes * tile.n_cols / w.cols) &&
+           tile.pass_tiles >= 1 && tile.pass_tiles <= std::min(n_pages, kMmaMaxPassTiles);
 }
 
 void check_plan(const Schedule& s, const ProgramMemory& memory, const Instruction& ins, const PagePlan& plan,

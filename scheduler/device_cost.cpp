@@ -111,6 +111,8 @@ struct RowsWork {
 // `op`: the op's name (rms_* norm their inputs).
 uint32_t mma_step_instructions(uint32_t dtype, const KernelStructure& c) {
     if (dtype == uint32_t(DType::F16)) return c.mma_step_instructions_f16;
+    if (dtype == uint32_t(DType::Q4_0)) return c.mma_step_instructions_q4_0;
+    if (dtype == uint32_t(DType::Q4_1)) return c.mma_step_instructions_q4_1;
     return dtype == uint32_t(DType::Q8_0) ? c.mma_step_instructions_q8_0 : c.mma_step_instructions_bf16;
 }
 
@@ -131,7 +133,9 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         const uint32_t dtype = s.weights[first.weight].dtype;
         const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * std::max(1u, first.pass_tiles));
         const uint64_t chunk_steps = chunk_tokens / 8 * ((s.weights[first.weight].cols + 31) / 32);  // a pass's
-        w.mma_instructions += chunk_steps * code.mma_chunk_step_instructions;
+        const bool sums = dtype == uint32_t(DType::Q4_1);  // the input sums: 16 rows of ones, 2 products a k-step
+        w.mma_instructions += chunk_steps * (code.mma_chunk_step_instructions + (sums ? code.mma_chunk_step_sums_q4_1 : 0));
+        if (sums) w.tensor_flops += 2ull * kMmaGroupRows * s.weights[first.weight].cols * chunk_tokens * 2;
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);

@@ -50,7 +50,11 @@ struct KernelStructure {
     uint32_t mma_step_instructions_f16 = 74;   // + 2 HMMA, 8 weight pairs split (8 each: 2 HADD2.F32, 2 cvt.bf16x2, 4 ALU)
     uint32_t mma_step_instructions_q8_0 = 64;  // 10 LDS.U16 (quants, scales), 8 quant pairs (2 PRMT, 2 I2F, 1 cvt),
                                                // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
+    uint32_t mma_step_instructions_q4_0 = 80;  // 8 LDS.U16 quants, 2 scales, 8 quant pairs (4 ALU, 2 FADD, 1 cvt),
+                                               // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
+    uint32_t mma_step_instructions_q4_1 = 88;  // + 2 LDS.U16 and 2 conversions (mins), 4 FFMA (min x input sum)
     uint32_t mma_chunk_step_instructions = 56;  // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6
+    uint32_t mma_chunk_step_sums_q4_1 = 4;      // Q4_1: the block's input sums, 4 HMMA against ones
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).

@@ -82,11 +82,23 @@ PagePlan paired_row_tiles_plan(const PlanInputs& in, uint32_t weight_a, uint32_t
 uint32_t mma_slice_cols(uint64_t page_bytes, const WeightFormat& w) {
     const uint32_t span = mma_span_cols(w.dtype);
     if (span == 0 || w.cols == 0) return 0;
+    if (!mma_spans_fit(w.dtype, w.cols, w.row_bytes))  // whole rows, a tile's 16 one contiguous copy
+        return kMmaGroupRows * w.row_bytes <= page_bytes ? w.cols : 0;
     const uint64_t span_bytes = w.row_bytes / (w.cols / span);
-    if (span > 32) return uint32_t(page_bytes / (kMmaGroupRows * span_bytes) * span);  // Q8_0: loads of 2 bytes
+    if (span > 32) {  // block formats: an odd number of spans (the pieces' 4-byte words not a multiple of 8)
+        const uint64_t spans = page_bytes / (kMmaGroupRows * span_bytes);
+        return uint32_t((spans > 1 && spans % 2 == 0 ? spans - 1 : spans) * span);
+    }
     uint64_t cols = page_bytes / (2 * kMmaGroupRows) / 64 * 64 + 32;  // 2 bytes a column
     while (cols > 32 && 2 * kMmaGroupRows * cols > page_bytes) cols -= 64;
     return 2 * kMmaGroupRows * cols > page_bytes ? 0 : uint32_t(cols);
+}
+
+uint32_t mma_row_align(const WeightFormat& w) {
+    if (mma_spans_fit(w.dtype, w.cols, w.row_bytes)) return 1;
+    uint32_t align = 1;  // the fewest rows whose bytes are a multiple of 16
+    while (align * w.row_bytes % 16) align *= 2;
+    return align;
 }
 
 uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages) {
@@ -103,8 +115,7 @@ bool use_mma_tiles(const PlanInputs& in, std::initializer_list<uint32_t> weights
         // The device takes a pass's format, pitch and slices from its first weight: a gate/up pair alike or not at all.
         const WeightFormat& first = in.weights[*weights.begin()];
         if (w.dtype != first.dtype || w.cols != first.cols || w.row_bytes != first.row_bytes) return false;
-        if (!mma_eligible(w.dtype, w.cols, block_tokens) || w.row_bytes % 16 || mma_slice_cols(in.page_bytes, w) == 0)
-            return false;
+        if (!mma_eligible(w.dtype, w.cols, block_tokens) || mma_slice_cols(in.page_bytes, w) == 0) return false;
     }
     return true;
 }
@@ -152,7 +163,11 @@ uint32_t rows_per_input_read(const PlanInputs& in, std::initializer_list<uint32_
 
 PagePlan prefill_rows_plan(const PlanInputs& in, std::initializer_list<uint32_t> weights, uint32_t row_begin,
                            uint32_t n_rows, uint32_t block_tokens) {
-    if (use_mma_tiles(in, weights, block_tokens)) return mma_tiles_plan(in, weights, row_begin, n_rows, block_tokens);
+    // Whole-row slices copy a tile's rows at once: their first byte and their bytes must be 16-byte multiples (on the
+    // GPU targets rows are padded to 16 bytes, so any block; else a block that is not takes scalar dots).
+    const uint32_t align = use_mma_tiles(in, weights, block_tokens) ? mma_row_align(in.weights[*weights.begin()]) : 0;
+    if (align && row_begin % align == 0 && n_rows % align == 0)
+        return mma_tiles_plan(in, weights, row_begin, n_rows, block_tokens);
     const uint32_t* id = weights.begin();
     return weights.size() == 2 ? paired_row_tiles_plan(in, id[0], id[1], row_begin, n_rows)
                                : row_tiles_plan(in, id[0], row_begin, n_rows);

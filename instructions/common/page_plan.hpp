@@ -32,8 +32,14 @@ uint64_t plan_weight_bytes(const PagePlan& plan);
 // reads the activations' slice once for all the pass's rows.
 // The widest slice whose 16 rows of `w` fit a page, in whole spans (mma_span_cols); 0 if none fits. BF16/F16: an
 // odd multiple of 32 columns, rows 64 bytes mod 128 apart, so the 8 lanes of a 128-bit shared load phase hit distinct
-// banks: 480 columns (15360 bytes) for 16 KiB pages. Q8_0: 768 columns (816 bytes a row, 13056 a tile).
+// banks: 480 columns (15360 bytes) for 16 KiB pages. The block formats: an odd number of spans, so the 8 rows g of a
+// 2- or 4-byte shared load (lanes 4g..4g+3) fall in distinct banks: Q8_0 768 columns (816 bytes a row, 13056 a tile),
+// Q4_0 1792 (1008 bytes a row), Q4_1 1408 (880; 12 spans, 960 bytes, would put rows g and g + 2 in one bank).
+// Rows whose spans do not fit (token_rows.hpp's mma_spans_fit) come in whole-row slices, if 16 rows fit a page.
 uint32_t mma_slice_cols(uint64_t page_bytes, const WeightFormat& w);
+// The rows an MMA tile's first row and row count are multiples of: 1 for spans; for whole-row slices the fewest
+// rows whose bytes are a multiple of 16 (2 for SmolLM2's 360-byte Q4_1 rows), so each tile is one aligned copy.
+uint32_t mma_row_align(const WeightFormat& w);
 // Tiles in each slice of a pass: the most the warps' accumulators (token_rows.hpp) and the pages allow, whole groups
 // of `n_weights` tiles; 0 when not even one group fits.
 uint32_t mma_pass_tiles(uint32_t block_tokens, uint32_t n_weights, uint32_t max_pages);

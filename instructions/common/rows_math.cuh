@@ -60,7 +60,7 @@ __device__ inline void split_f16_pair(uint32_t w, uint32_t& hi, uint32_t& lo) {
 }
 
 // The weight formats MMA tiles take (token_rows.hpp's mma_eligible).
-enum class MmaWeights { bf16, f16, q8_0 };
+enum class MmaWeights { bf16, f16, q8_0, q4_0, q4_1 };
 
 // Eight Q8_0 quants (2-byte aligned in the block) as four bf16 pairs, exactly (|q| <= 128 needs 8 bits).
 __device__ inline uint4 q8_bf16_pairs(const uint8_t* q) {
@@ -69,6 +69,21 @@ __device__ inline uint4 q8_bf16_pairs(const uint8_t* q) {
     for (uint32_t k = 0; k < 4; ++k) {
         const uint16_t two = load_u16(q + 2 * k);
         out[k] = ptx::bf16x2_rn(float(int8_t(two & 0xff)), float(int8_t(two >> 8)));
+    }
+    return {out[0], out[1], out[2], out[3]};
+}
+
+// Eight Q4 quants, a lane's 8 columns of a block (the nibbles at `shift` of its quant bytes b..b+7: lo4 holds bytes
+// b..b+3, hi4 b+4..b+7), as four bf16 pairs less `offset` (Q4_0's 8), exactly: the quant in an fp32's low bits
+// above 2^23 (q + 2^23), less 2^23 + offset, is q - offset with no rounding; 7 instructions a pair.
+__device__ inline uint4 q4_bf16_pairs(uint32_t lo4, uint32_t hi4, uint32_t shift, float offset) {
+    uint32_t out[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+        const uint32_t two = (k < 2 ? lo4 : hi4) >> (16 * (k % 2) + shift);
+        const float bias = 8388608.0f + offset;
+        out[k] = ptx::bf16x2_rn(__uint_as_float(0x4b000000u | (two & 15u)) - bias,
+                                __uint_as_float(0x4b000000u | (two >> 8 & 15u)) - bias);
     }
     return {out[0], out[1], out[2], out[3]};
 }
@@ -104,9 +119,12 @@ template <uint32_t kTiles, uint32_t kChunks, class Tiles, class Column, class Vi
 __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team& team, Tiles& tiles, uint32_t n,
                                           uint32_t cols, Column&& column, Visit&& visit) {
     // The format, a branch the same for the whole team: instances per format made the ops' code too big to inline.
-    const MmaWeights kind = DType(ctx.weights[tiles.info(0).weight].dtype) == DType::F16    ? MmaWeights::f16
-                            : DType(ctx.weights[tiles.info(0).weight].dtype) == DType::Q8_0 ? MmaWeights::q8_0
-                                                                                            : MmaWeights::bf16;
+    const DType dtype = DType(ctx.weights[tiles.info(0).weight].dtype);
+    const MmaWeights kind = dtype == DType::F16    ? MmaWeights::f16
+                            : dtype == DType::Q8_0 ? MmaWeights::q8_0
+                            : dtype == DType::Q4_0 ? MmaWeights::q4_0
+                            : dtype == DType::Q4_1 ? MmaWeights::q4_1
+                                                   : MmaWeights::bf16;
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
     const uint32_t chunks = (n + 7) / 8;
     for (uint32_t base = 0; base < tiles.count();) {
@@ -144,20 +162,27 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                             split_bf16_pair(x.at(col0 + k0 + 8 * t + 2 * e), x.at(col0 + k0 + 8 * t + 2 * e + 1), hi[e],
                                             lo[e]);
                     }
+                    // Q4_1: the block's input sums (rows g and g + 8 alike), for its rows' mins: the inputs times ones.
+                    float sums[4] = {};
+                    if (kind == MmaWeights::q4_1) {
+                        const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};  // bf16 1.0 x 2
+                        mma_weight_step(sums, ones, hi[0], hi[1], lo[0], lo[1], false);
+                        mma_weight_step(sums, ones, hi[2], hi[3], lo[2], lo[3], false);
+                    }
 #pragma unroll
                     for (uint32_t i = 0; i < kTiles; ++i) {
                         if (i >= in_pass) continue;
                         const uint32_t rows = i < full_tiles ? kMmaGroupRows : last_rows;
                         const uint4 zero{0, 0, 0, 0};
                         float(&d)[4] = acc[i][c];
-                        if (kind != MmaWeights::q8_0) {
+                        if (kind == MmaWeights::bf16 || kind == MmaWeights::f16) {
                             const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
                             const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
                             const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
                             const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                             mma_weight_step(d, a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
                             mma_weight_step(d, a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
-                        } else {
+                        } else if (kind == MmaWeights::q8_0) {
                             // The 32 columns are one 34-byte block (an f16 scale, 32 int8): the quants' dots on the
                             // tensor cores, then scaled by the rows' scales (a missing row: 0, its bytes unread).
                             const uint8_t* p = page[i] + 34 * (k0 / 32);
@@ -170,6 +195,32 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                             mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
                             mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
                             d[0] += s0 * q[0], d[1] += s0 * q[1], d[2] += s1 * q[2], d[3] += s1 * q[3];
+                        } else {
+                            // One Q4_0 block (18 bytes: an f16 scale, 16 quant bytes; value scale * (q - 8)) or Q4_1
+                            // (20: scale, min, quants; scale * q + min). Column c < 16 is the low nibble of quant byte
+                            // c, c >= 16 the high one of byte c - 16: this lane's 8t..8t+7 are the nibbles 4 (t / 2)
+                            // of bytes 8 (t % 2)... A missing row: 0, its bytes unread.
+                            const bool q4_1 = kind == MmaWeights::q4_1;
+                            const uint8_t* p = page[i] + (q4_1 ? 20 : 18) * (k0 / 32);
+                            const uint8_t *b0 = p + g * pitch, *b1 = p + (g + 8) * pitch;
+                            const uint32_t at = (q4_1 ? 4 : 2) + 8 * (t % 2), shift = 4 * (t / 2);
+                            const float offset = q4_1 ? 0.0f : 8.0f;
+                            const uint4 r0 = g < rows ? q4_bf16_pairs(load_u32_align2(b0 + at), load_u32_align2(b0 + at + 4),
+                                                                      shift, offset)
+                                                      : zero;
+                            const uint4 r1 = g + 8 < rows ? q4_bf16_pairs(load_u32_align2(b1 + at),
+                                                                          load_u32_align2(b1 + at + 4), shift, offset)
+                                                          : zero;
+                            const float s0 = g < rows ? f16_to_f32(load_u16(b0)) : 0.0f;
+                            const float s1 = g + 8 < rows ? f16_to_f32(load_u16(b1)) : 0.0f;
+                            const float m0 = q4_1 && g < rows ? f16_to_f32(load_u16(b0 + 2)) : 0.0f;
+                            const float m1 = q4_1 && g + 8 < rows ? f16_to_f32(load_u16(b1 + 2)) : 0.0f;
+                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+                            float q[4] = {};
+                            mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
+                            mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
+                            d[0] += s0 * q[0] + m0 * sums[0], d[1] += s0 * q[1] + m0 * sums[1];
+                            d[2] += s1 * q[2] + m1 * sums[2], d[3] += s1 * q[3] + m1 * sums[3];
                         }
                     }
                 }

@@ -43,10 +43,11 @@ inline void append_token_rows(std::vector<Access>& out, uint64_t off, uint32_t w
 
 // The device code runs a weight matrix times a block's token columns on tensor cores (mma.sync m16n8k16, bf16
 // operands, fp32 accumulate; rows_math.cuh) when the page plan streams the weight in MMA tiles (page_plan.hpp): BF16,
-// F16 or Q8_0 weights whose rows are whole spans (mma_span_cols), and a token block of 8 (one n8 fragment) to
-// kMmaMaxTokens. Else scalar dots on CUDA cores. The activations go in as bf16 halves (hi and lo), not f16 ones, whose
-// 5-bit exponent overflows past 65504; so F16 weights are split into two bf16 (exact) and take a third product, and
-// Q8_0's quants go in as bf16 (exact), each 32-column block's dots then scaled by its rows' scales.
+// F16, Q8_0, Q4_0 or Q4_1 weights, and a token block of 8 (one n8 fragment) to kMmaMaxTokens. Else scalar dots on CUDA
+// cores. The activations go in as bf16 halves (hi and lo), not f16 ones, whose 5-bit exponent overflows past 65504;
+// so F16 weights are split into two bf16 (exact) and take a third product, and the block formats' quants go in as
+// bf16 (exact: 8 and 4 bits), each 32-column block's dots then scaled by its rows' scales (Q4_1: plus its rows' mins
+// times the block's input sums, a product of the inputs with ones).
 inline constexpr uint32_t kMmaMinTokens = 8;
 inline constexpr uint32_t kMmaGroupRows = 16;  // the weight rows of an MMA tile: mma.m16n8k16's m
 // A warp keeps fp32 accumulators for (the tiles of a pass) x (its 8-token chunks) x 4, at most kMmaAccumulators, for
@@ -62,18 +63,27 @@ inline constexpr uint32_t kMmaMaxTokens = kMmaTeamWarps * 8 * kMmaMaxChunks;
 MK_HOST_DEVICE inline uint32_t mma_chunks_per_warp(uint32_t tokens, uint32_t n_warps) {
     return ((tokens + 7) / 8 + n_warps - 1) / n_warps;
 }
-// The columns an MMA tile's slices come in: a warp's two k-steps (32); for Q8_0, 8 blocks of 34 bytes (272), the
-// 16-byte multiple the loader's bulk copies need. 0: the format takes no MMA tiles.
+// The columns an MMA tile's slices come in: a warp's two k-steps (32); for the block formats, the fewest 32-column
+// blocks whose bytes are a multiple of 16, as the loader's bulk copies need: Q8_0 8 x 34 bytes (256 columns), Q4_0
+// 8 x 18 (256), Q4_1 4 x 20 (128). 0: the format takes no MMA tiles. A weight whose rows are not whole spans, or
+// not 16-byte multiples (SmolLM2's Q4_1 rows: 576 columns, 360 bytes), takes slices of whole rows instead: a tile's
+// 16 rows are then one contiguous copy (page_plan.cpp's mma_slice_cols).
 MK_HOST_DEVICE inline uint32_t mma_span_cols(uint32_t dtype) {
     if (dtype == uint32_t(DType::BF16) || dtype == uint32_t(DType::F16)) return 32;
-    return dtype == uint32_t(DType::Q8_0) ? 256 : 0;
+    if (dtype == uint32_t(DType::Q8_0) || dtype == uint32_t(DType::Q4_0)) return 256;
+    return dtype == uint32_t(DType::Q4_1) ? 128 : 0;
+}
+// Whether a weight's rows come in whole spans of 16-byte pieces (else only whole-row slices).
+MK_HOST_DEVICE inline bool mma_spans_fit(uint32_t dtype, uint32_t cols, uint64_t row_bytes) {
+    const uint32_t span = mma_span_cols(dtype);
+    return span && cols % span == 0 && row_bytes % 16 == 0;
 }
 MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
-    const uint32_t span = mma_span_cols(dtype);
-    return span && cols % span == 0 && block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
+    return mma_span_cols(dtype) && cols % 32 == 0 && block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
 }
 // The MMAs a k-step issues per tile and 8-token chunk: the input's hi and lo halves, and for F16 weights their low
-// half against the input's high one (rows_math.cuh's mma_weight_step).
+// half against the input's high one (rows_math.cuh's mma_weight_step). Q4_1's input sums take 4 more a 32-column
+// block per chunk, shared by the pass's tiles (not counted here).
 MK_HOST_DEVICE inline uint32_t mma_products(uint32_t dtype) { return dtype == uint32_t(DType::F16) ? 3 : 2; }
 
 // The tokens this step runs: the chunk's, at most the compiled n_tok.

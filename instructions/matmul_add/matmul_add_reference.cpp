@@ -36,8 +36,8 @@ std::vector<OpCase> MatmulAddOp::cases(uint64_t seed) {
                                Shape{48, 256, 0, 48, 40, 37, 1, 32, 8},
                                Shape{40, 64, 0, 40, 104, 101, 0, 0, 0},  // 13 8-token chunks: passes of 4 tiles
                                Shape{32, 1024, 0, 32, 16, 16, 0, 0, 0}}) {  // MMA slices: 480 + 480 + 64, Q8_0 768 + 256
-            // the tensor cores' 2-chunk shape: their formats only
-            if (s.n_tok > 64 && dtype != DType::BF16 && dtype != DType::F16) continue;
+            // the tensor cores' 2-chunk shape: their formats only (64 columns: Q8_0, Q4_0 and Q4_1 in whole-row slices)
+            if (s.n_tok > 64 && (dtype == DType::F32 || dtype == DType::Q4_K || dtype == DType::Q6_K)) continue;
             CaseBuilder c(ModelDims{.d_model = s.rows}, seed++);
             const uint32_t weight = c.weight(dtype, s.rows, s.cols, 0.5f);
             const uint32_t in = c.activation(uint64_t(s.n_tok) * s.cols), x = c.activation(uint64_t(s.n_tok) * s.rows);

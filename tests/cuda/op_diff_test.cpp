@@ -85,7 +85,7 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
         double tol;
         uint32_t tp = 1;  // > 1: the --tp-loopback schedule, for transfer and reduce_add
         bool prefill = false;  // the prefill schedule for chunks of `chunk` tokens, all but 2 of them run
-        uint32_t chunk = 7;    // 8 or more: the BF16, F16 and Q8_0 matrices in MMA tiles (tensor cores)
+        uint32_t chunk = 7;    // 8 or more: the BF16, F16, Q8_0, Q4_0, Q4_1 matrices in MMA tiles (tensor cores)
     };
     std::set<uint16_t> covered;
     // The TP case's vocabulary splits 333/333/334, so its logits transfers take the 4-byte path.
@@ -102,7 +102,9 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                           Case{"synthetic:smollm2-135m:q4_1:layers=2:seed=46", 1e-2, 1, true},
                           Case{"synthetic:smollm2-135m:bf16:layers=1:seed=47", 1e-2, 1, true, 16},
                           Case{"synthetic:smollm2-135m:f16:layers=1:seed=48", 1e-2, 1, true, 16},
-                          Case{"synthetic:smollm2-135m:q8_0:layers=1:seed=49", 1e-2, 1, true, 16}}) {
+                          Case{"synthetic:smollm2-135m:q8_0:layers=1:seed=49", 1e-2, 1, true, 16},
+                          Case{"synthetic:smollm2-135m:q4_0:layers=1:seed=50", 1e-2, 1, true, 16},
+                          Case{"synthetic:smollm2-135m:q4_1:layers=1:seed=51", 1e-2, 1, true, 16}}) {
         const auto path = std::filesystem::temp_directory_path() / (std::string("mk_ops_") + std::to_string(c.tol) +
                                                                       std::to_string(std::hash<std::string>{}(c.spec)) + ".gguf");
         write_synthetic_model(parse_synthetic_spec(c.spec), path);

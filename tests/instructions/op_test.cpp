@@ -207,10 +207,12 @@ TEST_CASE("embed of a token outside the vocabulary: the CPU refuses it, the devi
 }
 
 // The tensor-core path is taken only where the page plan streams MMA tiles: the reference cases above must include
-// such plans for every prefill rows op in every format that takes it (BF16, F16, Q8_0; 8 to 112 tokens), or the
+// such plans for every prefill rows op in every format that takes it (BF16, F16, Q8_0, Q4_0, Q4_1; 8 to 112 tokens), or the
 // emulated device code they check is the scalar path alone. Each case's plan is also checked against its weights: 16-row
 // groups, slices that tile the rows; and without tensor cores, whole rows.
 TEST_CASE("the prefill rows ops' cases of 8+ tokens in the MMA formats stream MMA tiles", "[cpu]") {
+    uint32_t row_copy_tiles = 0;
+    std::map<DType, uint32_t> q4_cases;
     for (Opcode opcode : {Opcode::rms_qkv_rows, Opcode::matmul_add, Opcode::rms_gate_up_rows, Opcode::rms_lm_head_rows}) {
         const OpReference& ref = op_reference(uint16_t(opcode));
         INFO(ref.name);
@@ -225,7 +227,14 @@ TEST_CASE("the prefill rows ops' cases of 8+ tokens in the MMA formats stream MM
                 CHECK(!t.whole_rows());
                 const WeightFormat& w = c.buffers.formats.at(t.weight);
                 const uint32_t span = mma_span_cols(w.dtype);
-                CHECK((span != 0 && t.n_rows >= 1 && t.n_rows <= kMmaGroupRows && t.n_cols % span == 0));
+                const bool whole_width = t.col_begin == 0 && t.n_cols == w.cols;
+                CHECK((span != 0 && t.n_rows >= 1 && t.n_rows <= kMmaGroupRows && (t.n_cols % span == 0 || whole_width)));
+                if (!mma_spans_fit(w.dtype, w.cols, w.row_bytes)) {  // one contiguous copy, 16-byte aligned
+                    ++row_copy_tiles;
+                    CHECK(whole_width);
+                    CHECK(t.bytes % 16 == 0);
+                    CHECK(uint64_t(t.row_begin) * w.row_bytes % 16 == 0);
+                }
                 CHECK(t.bytes == t.n_rows * (w.row_bytes * t.n_cols / w.cols));
                 CHECK(t.bytes <= c.buffers.page_bytes);
                 for (uint32_t r = 0; r < t.n_rows; ++r) {
@@ -244,7 +253,12 @@ TEST_CASE("the prefill rows ops' cases of 8+ tokens in the MMA formats stream MM
         CHECK(mma_cases[DType::BF16] > 0);
         CHECK(mma_cases[DType::F16] > 0);
         CHECK(mma_cases[DType::Q8_0] > 0);
+        CHECK(mma_cases[DType::Q4_0] + mma_cases[DType::Q4_1] > 0);  // one device branch takes both (a flag apart)
+        q4_cases[DType::Q4_0] += mma_cases[DType::Q4_0], q4_cases[DType::Q4_1] += mma_cases[DType::Q4_1];
     }
+    CHECK(q4_cases[DType::Q4_0] > 0);
+    CHECK(q4_cases[DType::Q4_1] > 0);
+    CHECK(row_copy_tiles > 0);  // rows that are not whole spans (matmul_add's Q4_1 at 64 columns: 40 bytes)
 }
 
 }  // namespace mk

@@ -2,6 +2,7 @@
 // the serial per-instruction path, the poll overshoot, the step boundary, and the simulator using them.
 #include <catch2/catch.hpp>
 
+#include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
 #include "instructions/matmul_add/matmul_add.hpp"
 #include "scheduler/device_cost.hpp"
@@ -173,8 +174,8 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
 }
 
 TEST_CASE("device cost: which prefill matmuls run on tensor cores", "[cpu]") {
-    // BF16 and F16 weights in whole 32-column spans times 8 to 112 tokens (one n8 fragment to 2 chunks a warp on 7
-    // warps) run on tensor cores, F16 with a third product; everything else on CUDA cores.
+    // BF16, F16, Q8_0, Q4_0 and Q4_1 weights of whole 32-column blocks times 8 to 112 tokens (one n8 fragment to 2
+    // chunks a warp on 7 warps) run on tensor cores, F16 with a third product; everything else on CUDA cores.
     const uint32_t bf16 = uint32_t(DType::BF16), f16 = uint32_t(DType::F16);
     CHECK(mma_eligible(bf16, 64, 8));
     CHECK(mma_eligible(bf16, 64, 112));
@@ -183,9 +184,37 @@ TEST_CASE("device cost: which prefill matmuls run on tensor cores", "[cpu]") {
     CHECK_FALSE(mma_eligible(bf16, 64, 113));
     CHECK_FALSE(mma_eligible(bf16, 48, 64));
     CHECK_FALSE(mma_eligible(uint32_t(DType::F32), 64, 64));
-    CHECK_FALSE(mma_eligible(uint32_t(DType::Q8_0), 64, 64));
+    CHECK_FALSE(mma_eligible(uint32_t(DType::Q4_K), 256, 64));
+    CHECK_FALSE(mma_eligible(uint32_t(DType::Q6_K), 256, 64));
     CHECK(mma_products(bf16) == 2);
     CHECK(mma_products(f16) == 3);
+    // The block formats: quants as bf16 (exact), in spans of 16-byte pieces (Q8_0 and Q4_0 8 blocks, Q4_1 4) or, where
+    // the rows are not whole spans, whole-row slices copied at once, 16 rows to a page.
+    const uint32_t q8_0 = uint32_t(DType::Q8_0), q4_0 = uint32_t(DType::Q4_0), q4_1 = uint32_t(DType::Q4_1);
+    CHECK(mma_eligible(q8_0, 256, 64));
+    CHECK(mma_eligible(q8_0, 64, 64));
+    CHECK(mma_eligible(q4_0, 2048, 8));
+    CHECK(mma_eligible(q4_1, 576, 112));
+    CHECK(mma_products(q4_1) == 2);
+    CHECK(mma_span_cols(q8_0) == 256);
+    CHECK(mma_span_cols(q4_0) == 256);
+    CHECK(mma_span_cols(q4_1) == 128);
+    const auto format = [](uint32_t dtype, uint32_t cols, uint64_t row_bytes) {
+        WeightFormat w;
+        w.dtype = dtype, w.rows = 64, w.cols = cols, w.row_bytes = row_bytes;
+        return w;
+    };
+    CHECK(mma_slice_cols(16384, format(q4_0, 2048, 1152)) == 1792);  // 7 spans of 144 bytes: 16128 a tile
+    CHECK(mma_slice_cols(16384, format(q4_1, 2048, 1280)) == 1408);  // 11 spans of 80 bytes (12 fit: odd, for banks)
+    CHECK(mma_slice_cols(16384, format(q8_0, 2048, 2176)) == 768);
+    // SmolLM2's Q4_1 rows (576 columns, 360 bytes; 368 padded, as the CUDA backend uploads them): whole rows.
+    CHECK(mma_slice_cols(16384, format(q4_1, 576, 360)) == 576);
+    CHECK(mma_slice_cols(16384, format(q4_1, 576, 368)) == 576);
+    CHECK(mma_row_align(format(q4_1, 576, 360)) == 2);   // 720 bytes: a 16-byte multiple
+    CHECK(mma_row_align(format(q4_1, 576, 368)) == 1);
+    CHECK(mma_row_align(format(q8_0, 64, 68)) == 4);
+    CHECK(mma_row_align(format(q4_1, 2048, 1280)) == 1);  // spans
+    CHECK(mma_slice_cols(1024, format(q4_1, 576, 368)) == 0);  // 16 rows do not fit the page
 }
 
 // The KV cache's type prices attention's K/V bytes: the op's cost (the ideal model, the list scheduler) and the

@@ -46,6 +46,9 @@ DeviceModel device_model_h200() {
     m.sm_tensor_gflops = 989400.0 / 2 / 132.0;
     // Assumed until measured: 4 schedulers, one instruction a cycle each, at the 1.98 GHz boost clock.
     m.sm_issue_per_ns = 4 * 1.98;
+    // Assumed until measured: type conversions at 16 lanes a clock an SM (the CUDA C++ guide's throughput table for
+    // compute capability 9.0, "all other type conversions"), half a warp instruction a clock.
+    m.sm_convert_per_ns = 16.0 / 32 * 1.98;
     // Assumed until measured (calibrate.cu's L2 fill): public H100 microbenchmarks put L2 reads at ~5.5-7 TB/s with
     // every SM reading; the low end.
     m.l2_gbs = 5500;
@@ -105,6 +108,7 @@ struct RowsWork {
     uint64_t input_reads = 0;   // times the block's inputs are read: once a pass (MMA tiles), once a row (whole rows)
     uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products(dtype) a k-step
     uint64_t mma_instructions = 0;  // what the warps issue for them (KernelStructure's per-k-step counts)
+    uint64_t mma_conversions = 0;   // of which type conversions
     uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
 };
 
@@ -114,6 +118,12 @@ uint32_t mma_step_instructions(uint32_t dtype, const KernelStructure& c) {
     if (dtype == uint32_t(DType::Q4_0)) return c.mma_step_instructions_q4_0;
     if (dtype == uint32_t(DType::Q4_1)) return c.mma_step_instructions_q4_1;
     return dtype == uint32_t(DType::Q8_0) ? c.mma_step_instructions_q8_0 : c.mma_step_instructions_bf16;
+}
+
+// The time an SM takes to issue `instructions` of which `conversions` are type conversions (0 without the rates).
+double mma_issue_ns(uint64_t instructions, uint64_t conversions, const DeviceModel& m) {
+    const double issue = m.sm_issue_per_ns > 0 ? double(instructions) / m.sm_issue_per_ns : 0.0;
+    return std::max(issue, m.sm_convert_per_ns > 0 ? double(conversions) / m.sm_convert_per_ns : 0.0);
 }
 
 RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
@@ -136,10 +146,12 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         const bool sums = dtype == uint32_t(DType::Q4_1);  // the input sums: 16 rows of ones, 2 products a k-step
         w.mma_instructions += chunk_steps * (code.mma_chunk_step_instructions + (sums ? code.mma_chunk_step_sums_q4_1 : 0));
         if (sums) w.tensor_flops += 2ull * kMmaGroupRows * s.weights[first.weight].cols * chunk_tokens * 2;
+        w.mma_conversions += chunk_steps * code.mma_chunk_step_conversions;
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);
             w.mma_instructions += chunk_tokens / 8 * (plan.tiles[t].n_cols / 32) * mma_step_instructions(dtype, code);
+            w.mma_conversions += chunk_tokens / 8 * (plan.tiles[t].n_cols / 32) * code.mma_step_conversions;
         }
         ++w.input_reads;
     }
@@ -209,8 +221,9 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         const double l2_bytes_per_ns = m.l2_gbs > 0 ? m.l2_gbs / s.target.n_sms : fill_bytes_per_ns;
         const double math_ns = work.mma && m.sm_tensor_gflops > 0 ? double(work.tensor_flops) / m.sm_tensor_gflops
                                                                   : double(cost.flops) / s.target.sm_gflops;
-        // The MMA tiles' instruction issue (their inputs' and F16/Q8_0 weights' conversions): a third bound.
-        const double issue_ns = m.sm_issue_per_ns > 0 ? double(work.mma_instructions) / m.sm_issue_per_ns : 0.0;
+        // The MMA tiles' instruction issue (their inputs' splits, the weights' unpacking), or their type
+        // conversions' slower pipe: a third bound.
+        const double issue_ns = mma_issue_ns(work.mma_instructions, work.mma_conversions, m);
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
@@ -252,13 +265,14 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
             const bool tensor = work.mma && m.sm_tensor_gflops > 0;
             (tensor ? b.tensor_flops : b.other_flops) += tensor ? work.tensor_flops : cost.flops;
             b.mma_instructions += work.mma_instructions;
+            b.mma_conversions += work.mma_conversions;
         }
     const double n = double(s.streams.size());
     b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
     b.l2_ms = double(b.l2_bytes) / (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / 1e6;
     b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
-    b.issue_ms = m.sm_issue_per_ns > 0 ? double(b.mma_instructions) / (n * m.sm_issue_per_ns) / 1e6 : 0.0;
+    b.issue_ms = mma_issue_ns(b.mma_instructions, b.mma_conversions, m) / n / 1e6;
     return b;
 }
 

@@ -47,14 +47,20 @@ struct KernelStructure {
     // 8-token chunk, per tile by weight format, and once per chunk for its inputs. Counted from the source (a SASS
     // count on the H200 is the check).
     uint32_t mma_step_instructions_bf16 = 8;   // 2 LDS.128, 4 HMMA, addressing
-    uint32_t mma_step_instructions_f16 = 74;   // + 2 HMMA, 8 weight pairs split (8 each: 2 HADD2.F32, 2 cvt.bf16x2, 4 ALU)
-    uint32_t mma_step_instructions_q8_0 = 64;  // 10 LDS.U16 (quants, scales), 8 quant pairs (2 PRMT, 2 I2F, 1 cvt),
-                                               // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
-    uint32_t mma_step_instructions_q4_0 = 80;  // 8 LDS.U16 quants, 2 scales, 8 quant pairs (4 ALU, 2 FADD, 1 cvt),
+    uint32_t mma_step_instructions_f16 = 106;  // + 2 HMMA, 8 weight pairs split (12 each: 2 HADD2.F32, 2 IADD + 2 LOP
+                                               // to round hi, 2 FADD for lo, 2 packs of 2 ALU)
+    uint32_t mma_step_instructions_q8_0 = 80;  // 10 LDS.U16 (quants, scales), 8 quant pairs (5 ALU, 2 FADD: the 2^23
+                                               // trick, no I2F), 4 HMMA, 4 FFMA, the scales' conversions, zeroed partials
+    uint32_t mma_step_instructions_q4_0 = 80;  // 8 LDS.U16 quants, 2 scales, 8 quant pairs (5 ALU, 2 FADD),
                                                // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
     uint32_t mma_step_instructions_q4_1 = 88;  // + 2 LDS.U16 and 2 conversions (mins), 4 FFMA (min x input sum)
     uint32_t mma_chunk_step_instructions = 56;  // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6
     uint32_t mma_chunk_step_sums_q4_1 = 4;      // Q4_1: the block's input sums, 4 HMMA against ones
+    // Of those, the conversions (I2F, F2FP: cvt.rn.bf16x2.f32), which issue at sm_convert_per_ns, a fraction of the
+    // rate of the rest: per chunk, the inputs' 4 pair splits (2 each); per tile, none (every format's weights are
+    // unpacked by bits; before, Q8_0 took 24 a tile: 16 I2F and 8 cvt; F16 16; the first Q4 code 8).
+    uint32_t mma_chunk_step_conversions = 8;
+    uint32_t mma_step_conversions = 0;
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -75,6 +81,7 @@ struct DeviceModel {
     double exp_ns = 0;             // the online softmax's two expf and its bookkeeping, per trip
     double sm_tensor_gflops = 0;   // one SM's dense BF16/F16 tensor-core rate (mma.sync, fp32 accumulate)
     double sm_issue_per_ns = 0;    // instructions the SM's 4 schedulers issue per ns, all warps together
+    double sm_convert_per_ns = 0;  // warp-wide type conversions (I2F, F2F, F2FP) the SM completes per ns
     double l2_gbs = 0;             // the device's L2 read bandwidth, every SM reading at once (GB/s)
     KernelStructure code;
 };
@@ -106,9 +113,10 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // What bounds a prefill step with every SM busy at once, each part's total over the step at the whole device's rate:
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
 // the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
-// warps issue (their format conversions) and the other flops.
+// warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe) and the
+// other flops.
 struct PrefillBounds {
-    uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, other_flops = 0;
+    uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, mma_conversions = 0, other_flops = 0;
     double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0;
     const char* bound() const;  // the largest part's name
 };

@@ -8,6 +8,7 @@
 // reads.
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "instructions/all_ops.hpp"
 #include "instructions/common/page_plan.hpp"
@@ -21,6 +22,10 @@ namespace {
 // A projection's partial results reach each peer in this many transfers (whole tokens each), so the copy of a
 // (T, d_model) slot is spread over SMs instead of one instruction moving all T rows.
 constexpr uint32_t kTransferPieces = 4;
+
+// The rows a projection's row blocks come in multiples of for its MMA tiles (page_plan.hpp's mma_row_align: 1 but for
+// rows that are neither whole spans nor padded to 16 bytes, whose tiles are then one aligned copy each).
+uint32_t mma_rows(const PlanInputs& in, uint32_t weight) { return in.tensor_cores ? mma_row_align(in.weights[weight]) : 1; }
 
 // How a projection of M output rows over a chunk of T tokens splits into (row block x token block) instructions,
 // as a GEMM splits into tiles.
@@ -46,7 +51,7 @@ constexpr uint32_t kTokenBlockAlign = 16;
 // 60 -> 19 GB a chunk. The CPU target (8 virtual SMs, T = 256, quantized weights) keeps 1 to 4 token blocks of
 // 64 to 256 tokens: SmolLM2-135M Q4_1 o_proj 8 x 1 -> 2 x 4, Llama-3.2-1B Q8_0 gate_up stays 8 x 1.
 // `kinds`: the row counts of projections that share the tiling (Q, K and V), a block never spanning two. Where the
-// weights stream in MMA tiles (BF16, F16, Q8_0 on a GPU target), a block reads its tokens' inputs once per pass of its rows
+// weights stream in MMA tiles (BF16, F16, Q8_0, Q4_0, Q4_1 on a GPU target), a block reads its tokens' inputs once per pass of its rows
 // (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 56 tokens,
 // 64 up to 112, none beyond (scalar dots read the inputs once a row): Llama-3.2-1B's gate_up in BF16 on the H200
 // target went from 187 rows x 176 tokens to 679 x 32, qkv from 172 x 80 to 256 x 32.
@@ -150,7 +155,7 @@ std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, L
     const ModelDims& d = graph_.dims;
     const uint32_t T = n_tok_;
     const uint32_t id = layer_weight_id(l, w);
-    const GemmTiling t = gemm_tiling({d.d_model}, 1, graph_.weights[id].row_bytes, 4ull * cols, T, target_.n_sms,
+    const GemmTiling t = gemm_tiling({d.d_model}, mma_rows(plan_inputs_, id), graph_.weights[id].row_bytes, 4ull * cols, T, target_.n_sms,
                                      [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {id}, tokens); });
     std::vector<uint32_t> done(tp_);
     if (tp_ == 1) {
@@ -206,7 +211,7 @@ Graph PrefillBuilder::build() {
     graph_.n_lm_blocks = 0;
     for (uint32_t k = 0; k < tp_; ++k) {
         const uint32_t slice = tp_vocab_begin(d.vocab, tp_, k + 1) - tp_vocab_begin(d.vocab, tp_, k);
-        lm_rows[k] = block_rows(slice, n_sms, 1);
+        lm_rows[k] = block_rows(slice, n_sms, mma_rows(plan_inputs_, global_weight_id(GlobalWeight::lm_head)));
         graph_.n_lm_blocks += div_up(slice, lm_rows[k]);
     }
     layout_buffers();
@@ -233,9 +238,9 @@ Graph PrefillBuilder::build() {
     const uint64_t gate_up_row_bytes = 2 * graph_.weights[layer_weight_id(0, LayerWeight::w_gate)].row_bytes;
     const uint32_t wq = layer_weight_id(0, LayerWeight::wq), gate = layer_weight_id(0, LayerWeight::w_gate),
                    up = layer_weight_id(0, LayerWeight::w_up);
-    const GemmTiling qkv = gemm_tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, qkv_align, q_row_bytes, 4ull * d.d_model,
+    const GemmTiling qkv = gemm_tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, std::lcm(qkv_align, mma_rows(plan_inputs_, wq)), q_row_bytes, 4ull * d.d_model,
                                        T, n_sms, [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {wq}, tokens); });
-    const GemmTiling ff = gemm_tiling({d.d_ff}, 1, gate_up_row_bytes, 4ull * d.d_model, T, n_sms, [&](uint32_t tokens) {
+    const GemmTiling ff = gemm_tiling({d.d_ff}, mma_rows(plan_inputs_, gate), gate_up_row_bytes, 4ull * d.d_model, T, n_sms, [&](uint32_t tokens) {
         return rows_per_input_read(plan_inputs_, {gate, up}, tokens);
     });
     // Query blocks: enough instructions for the SMs, causal work grows with the query's index.

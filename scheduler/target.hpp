@@ -21,7 +21,7 @@ struct Target {
     // Tensor parallel: the link between two ranks (NVLink between GPUs).
     double link_gbs = 450.0;        // one direction, GB/s
     double link_ns = 1500.0;        // a remote signal's latency (write, fence, flag seen by the peer)
-    // 1: the prefill ops stream BF16, F16 and Q8_0 weights in MMA tiles for tensor cores (page_plan.hpp); 0 (the CPU's own
+    // 1: the prefill ops stream BF16, F16, Q8_0, Q4_0 and Q4_1 weights in MMA tiles for tensor cores (page_plan.hpp); 0 (the CPU's own
     // target): whole rows, as its tile kernels take them.
     uint32_t tensor_cores = 1;
 };

@@ -97,7 +97,7 @@ public:
 
     // An MMA tile's slice: rows [0, n_rows) (`pitch` bytes apart) hold columns [col_begin, col_begin + slice) of
     // their weight rows; sums[r * n_cols + j] += the slice's dot with column j. Exact dots only: MMA tiles are the
-    // device targets' (BF16, F16, Q8_0), whose code takes fp32 inputs (rows_math.cuh).
+    // device targets' (BF16, F16, Q8_0, Q4_0, Q4_1), whose code takes fp32 inputs (rows_math.cuh).
     void slice(DType dtype, const uint8_t* rows, uint32_t n_rows, uint64_t pitch, uint32_t col_begin, uint32_t slice,
                float* sums) {
         for (uint32_t r = 0; r < n_rows; ++r)

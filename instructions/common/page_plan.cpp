@@ -95,7 +95,7 @@ uint32_t mma_slice_cols(uint64_t page_bytes, const WeightFormat& w) {
 }
 
 uint32_t mma_row_align(const WeightFormat& w) {
-    if (mma_spans_fit(w.dtype, w.cols, w.row_bytes)) return 1;
+    if (mma_span_cols(w.dtype) == 0 || mma_spans_fit(w.dtype, w.cols, w.row_bytes)) return 1;
     uint32_t align = 1;  // the fewest rows whose bytes are a multiple of 16
     while (align * w.row_bytes % 16) align *= 2;
     return align;
@@ -142,7 +142,7 @@ PagePlan mma_tiles_plan(const PlanInputs& in, std::initializer_list<uint32_t> we
                     const uint32_t first = row_begin + g * kMmaGroupRows;
                     const uint32_t rows = std::min(kMmaGroupRows, row_begin + n_rows - first);
                     const uint32_t n_cols = std::min(width, cols - col);
-                    const uint64_t piece = format.row_bytes * n_cols / cols;  // whole spans: exact
+                    const uint64_t piece = format.row_bytes * n_cols / cols;  // whole spans or whole rows: exact
                     plan.tiles.push_back({id, first, rows, rows * piece, col, n_cols, in_pass});
                 }
     }

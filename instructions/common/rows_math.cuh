@@ -1,6 +1,6 @@
 // Device helpers the prefill (rows) ops share: a chunk's activations are (T, width) fp32 rows, one per token
 // (token_rows.hpp); each weight tile is acquired once and every one of its rows is dotted with all the step's
-// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16, F16 or Q8_0, page_plan.hpp) run on
+// tokens before it is released, so a chunk reads its weights once. MMA tiles (BF16, F16, Q8_0, Q4_0, Q4_1; page_plan.hpp) run on
 // tensor cores (mma.sync m16n8k16, bf16 operands); whole-row tiles take scalar fp32 dots (row_dot) for every format.
 #pragma once
 #include "instructions/common/device_math.cuh"
@@ -52,38 +52,55 @@ __device__ inline void split_bf16_pair(float x0, float x1, uint32_t& hi, uint32_
     lo = ptx::bf16x2_rn(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
 }
 
-// Two F16 weights (a 32-bit pair) as bf16 pairs hi + lo, exactly: an f16's 11 significant bits are bf16's 8 plus a
-// remainder of at most 3 (both exponents in bf16's range, subnormals included).
+// Two floats that bf16 holds exactly (quants, an F16 weight's halves), packed as a bf16 pair by their high halves: no
+// conversion instruction. Conversions (I2F, F2FP) issue at 16 lanes a clock an SM, an eighth of fp32 adds (the CUDA
+// guide's throughput table), which would bound the weights' unpacking; shifts, logic ops and adds do not.
+__device__ inline uint32_t exact_bf16x2(float lo, float hi) {
+    return __float_as_uint(lo) >> 16 | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+// An fp32 rounded to bf16's 8 significant bits (half away from zero) by an integer add on its bits (a carry into the
+// exponent is the next binade): no conversion instruction.
+__device__ inline float round_to_bf16(float x) { return __uint_as_float((__float_as_uint(x) + 0x8000u) & 0xffff0000u); }
+
+// Two F16 weights (a 32-bit pair) as bf16 pairs hi + lo, exactly: an f16's 11 significant bits are bf16's 8 (hi,
+// rounded) plus a remainder of at most 3 (lo = x - hi, exact in fp32 and in bf16; both exponents in bf16's range,
+// subnormals included). Rounded, not truncated: |lo| <= 2^-9 |w| keeps the w_lo x_lo product that mma_weight_step
+// leaves out below 2^-18 of the dot's terms (truncation doubles it, past the op tests' 1e-5).
 __device__ inline void split_f16_pair(uint32_t w, uint32_t& hi, uint32_t& lo) {
     const float2 f = half2_bits_to_f2(w);
-    split_bf16_pair(f.x, f.y, hi, lo);
+    const float h0 = round_to_bf16(f.x), h1 = round_to_bf16(f.y);
+    hi = exact_bf16x2(h0, h1);
+    lo = exact_bf16x2(f.x - h0, f.y - h1);
 }
 
 // The weight formats MMA tiles take (token_rows.hpp's mma_eligible).
 enum class MmaWeights { bf16, f16, q8_0, q4_0, q4_1 };
 
-// Eight Q8_0 quants (2-byte aligned in the block) as four bf16 pairs, exactly (|q| <= 128 needs 8 bits).
+// Eight Q8_0 quants (2-byte aligned in the block) as four bf16 pairs, exactly, with no integer conversion: the byte
+// with its sign bit flipped (q + 128) in an fp32's low bits above 2^23, less 2^23 + 128, is q.
 __device__ inline uint4 q8_bf16_pairs(const uint8_t* q) {
     uint32_t out[4];
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k) {
-        const uint16_t two = load_u16(q + 2 * k);
-        out[k] = ptx::bf16x2_rn(float(int8_t(two & 0xff)), float(int8_t(two >> 8)));
+        const uint32_t two = load_u16(q + 2 * k);
+        out[k] = exact_bf16x2(__uint_as_float((two & 0xffu) ^ 0x4b000080u) - 8388736.0f,
+                              __uint_as_float((two >> 8) ^ 0x4b000080u) - 8388736.0f);
     }
     return {out[0], out[1], out[2], out[3]};
 }
 
 // Eight Q4 quants, a lane's 8 columns of a block (the nibbles at `shift` of its quant bytes b..b+7: lo4 holds bytes
 // b..b+3, hi4 b+4..b+7), as four bf16 pairs less `offset` (Q4_0's 8), exactly: the quant in an fp32's low bits
-// above 2^23 (q + 2^23), less 2^23 + offset, is q - offset with no rounding; 7 instructions a pair.
+// above 2^23 (q + 2^23), less 2^23 + offset, is q - offset with no rounding; 7 instructions a pair, no conversion.
 __device__ inline uint4 q4_bf16_pairs(uint32_t lo4, uint32_t hi4, uint32_t shift, float offset) {
     uint32_t out[4];
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k) {
         const uint32_t two = (k < 2 ? lo4 : hi4) >> (16 * (k % 2) + shift);
         const float bias = 8388608.0f + offset;
-        out[k] = ptx::bf16x2_rn(__uint_as_float(0x4b000000u | (two & 15u)) - bias,
-                                __uint_as_float(0x4b000000u | (two >> 8 & 15u)) - bias);
+        out[k] = exact_bf16x2(__uint_as_float(0x4b000000u | (two & 15u)) - bias,
+                              __uint_as_float(0x4b000000u | (two >> 8 & 15u)) - bias);
     }
     return {out[0], out[1], out[2], out[3]};
 }

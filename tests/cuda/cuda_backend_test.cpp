@@ -339,7 +339,10 @@ std::unique_ptr<Program> prefill_program(const Model& model, const std::string& 
 // another order) for chunks of T in {1, 7, 16} over a 19-token prompt (short last chunks), then mk generate's
 // path: prefill chunks, then the device loop, greedy tokens equal to the CPU's.
 TEST_CASE("CUDA prefill: chunks of T tokens match the CPU's prefill and token-by-token logits", "[cuda][prefill]") {
-    for (const std::string spec : {"synthetic:tiny-llama:f32:seed=61", "synthetic:tiny-qwen3:bf16:seed=62"}) {
+    // Q4_1 at 64 columns (40-byte rows, 48 padded): whole-row MMA tiles, each one bulk copy of the loader; its 256-column
+    // down projection in spans.
+    for (const std::string spec : {"synthetic:tiny-llama:f32:seed=61", "synthetic:tiny-qwen3:bf16:seed=62",
+                                   "synthetic:tiny-llama:q4_1:seed=64"}) {
         Model model = synthetic(spec);
         const std::vector<int32_t> prompt = test_tokens(model, 19);
         auto cpu = program_for(model, "cpu");

@@ -13,7 +13,7 @@ public:
     std::string name() const override { return dots_ == CpuDots::exact ? "cpu" : "cpu-q16"; }
     // q16 rounds the activations to 16-bit blocks: up to 5.9e-5 of an output range's largest value on these
     // cases (measured with no allowance), so 1e-4.
-    double extra_rel() const override { return dots_ == CpuDots::exact ? 0.0 : 1e-4; }
+    double extra_rel(const Instruction&, const OpBuffers&) const override { return dots_ == CpuDots::exact ? 0.0 : 1e-4; }
 
     void run(const Instruction& ins, OpBuffers& b) override {
         const OpInfo& op = op_info(ins.opcode);

@@ -13,8 +13,8 @@ class OpBackend {
 public:
     virtual ~OpBackend() = default;
     virtual std::string name() const = 0;
-    // The backend's own relative error on top of the op's tolerance (an approximation it documents).
-    virtual double extra_rel() const { return 0.0; }
+    // The backend's own relative error on top of the op's tolerance for a case (an approximation it documents).
+    virtual double extra_rel(const Instruction&, const OpBuffers&) const { return 0.0; }
     // Whether the backend runs this case (a device backend refuses weight formats its device code does not
     // decode, and ops without device code, as its program's upload does); the op test names the cases a backend skips.
     virtual bool accepts(const Instruction&, const OpBuffers&) const { return true; }

@@ -164,7 +164,7 @@ TEST_CASE("every op matches its float64 reference on every backend", "[cpu]") {
                     std::vector<std::string> first;
                     for (const Expected& e : expected)
                         for (std::string& m :
-                             mismatches(e, run, ref.tolerance.rel + backend->extra_rel() + e.extra_rel, count, 5))
+                             mismatches(e, run, ref.tolerance.rel + backend->extra_rel(c.ins, c.buffers) + e.extra_rel, count, 5))
                             first.push_back(std::move(m));
                     {
                         INFO(fmt::format("{} mismatches; the first: {}", count, fmt::join(first, "; ")));

@@ -295,13 +295,23 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     // The warps' instruction issue as a third bound (1 a ns): per 32-column k-step, 8-token chunk and tile the
     // format's count, per k-step and chunk the inputs' 56; 4 chunks, 32 k-steps, 4 groups of 16 rows.
     m.sm_issue_per_ns = 1.0;
-    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 74 + 56)));
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 106 + 56)));
     s.weights[wo].dtype = uint32_t(DType::BF16);
     CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 8 + 56)));
     const PrefillBounds issue = prefill_bounds(s, m);  // the stream's one instruction, over 2 SMs
     CHECK(issue.mma_instructions == 4ull * 32 * (4 * 8 + 56));
     CHECK(issue.issue_ms == Approx(4.0 * 32 * (4 * 8 + 56) / 2 / 1e6));
     CHECK(std::string(issue.bound()) == "instruction issue");
+    // Type conversions (per chunk and k-step the inputs' 4 pair splits, 2 each; none a tile: the weights are
+    // unpacked by bits) at their own slower rate: the slower of the two bounds it.
+    CHECK(issue.mma_conversions == 4ull * 32 * 8);
+    m.sm_convert_per_ns = 0.05;
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * 8 / 0.05));
+    CHECK(prefill_bounds(s, m).issue_ms == Approx(4.0 * 32 * 8 / 0.05 / 2 / 1e6));
+    m.code.mma_step_conversions = 24;  // Q8_0's unpacking before: 16 I2F and 8 cvt a tile
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (8 + 4 * 24) / 0.05));
+    m.code.mma_step_conversions = 0;
+    m.sm_convert_per_ns = 0.0;
     m.sm_issue_per_ns = 0.0;
 
     // F32 weights: whole rows (4 a page), each row's dots read all 32 tokens' inputs again: 63 more reads of

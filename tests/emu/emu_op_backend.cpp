@@ -32,8 +32,8 @@ void download(std::vector<T>& host, const DeviceBuffer& d, const char* what) {
 class EmuOpBackend final : public OpBackend {
 public:
     std::string name() const override { return "cuda-emu"; }
-    // MMA tiles take each fp32 input as bf16 hi + lo, within 2^-18 of it (rows_math.cuh's split_bf16_pair): a dot's
-    // error is then up to ~2^-18 of its terms' sum, not of the dot, and gate/up multiplies two such dots; measured up to
+    // MMA tiles take each fp32 input as bf16 hi + lo, within 2^-17 of it (rows_math.cuh's split_bf16_pair): a dot's
+    // error is then up to ~2^-17 of its terms' sum, not of the dot, and gate/up multiplies two such dots; measured up to
     // 1.13e-5 of the largest output on the cases (a Q4_1 gate/up pair of 256 columns), over the ops' 1e-5 alone.
     double extra_rel(const Instruction& ins, const OpBuffers& b) const override {
         const std::vector<WeightFormat> padded = padded_row_formats(b.formats, kDeviceRowAlign);  // as run() uploads

@@ -105,6 +105,22 @@ __device__ inline uint4 q4_bf16_pairs(uint32_t lo4, uint32_t hi4, uint32_t shift
     return {out[0], out[1], out[2], out[3]};
 }
 
+// The bytes of one 32-column block of a block format: Q8_0 34 (an f16 scale, 32 int8), Q4_0 18 (a scale, 16 quant
+// bytes; value scale * (q - 8)), Q4_1 20 (a scale, a min, 16 quant bytes; value scale * q + min).
+__device__ inline uint32_t mma_block_bytes(MmaWeights kind) {
+    return kind == MmaWeights::q8_0 ? 34 : kind == MmaWeights::q4_1 ? 20 : 18;
+}
+
+// A lane's columns 8t..8t+7 of one block (its first byte at `block`) as four bf16 pairs of its quants, exactly. A Q4
+// column c < 16 is the low nibble of quant byte c, c >= 16 the high one of byte c - 16: this lane's are the nibbles
+// 4 (t / 2) of bytes 8 (t % 2)...
+__device__ inline uint4 block_bf16_pairs(MmaWeights kind, const uint8_t* block, uint32_t t) {
+    if (kind == MmaWeights::q8_0) return q8_bf16_pairs(block + 2 + 8 * t);
+    const bool q4_1 = kind == MmaWeights::q4_1;
+    const uint8_t* q = block + (q4_1 ? 4 : 2) + 8 * (t % 2);
+    return q4_bf16_pairs(load_u32_align2(q), load_u32_align2(q + 4), 4 * (t / 2), q4_1 ? 0.0f : 8.0f);
+}
+
 // d += A . B on one k-step for an A of bf16 weights (2 products: the input's halves) or of F16 weights split as above
 // (3: w_hi x_hi, w_hi x_lo, w_lo x_hi; w_lo x_lo is within 2^-16 of the product and left out). `f16` is the same for
 // the whole warp.
@@ -199,45 +215,28 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                             const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                             mma_weight_step(d, a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
                             mma_weight_step(d, a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
-                        } else if (kind == MmaWeights::q8_0) {
-                            // The 32 columns are one 34-byte block (an f16 scale, 32 int8): the quants' dots on the
-                            // tensor cores, then scaled by the rows' scales (a missing row: 0, its bytes unread).
-                            const uint8_t* p = page[i] + 34 * (k0 / 32);
-                            const uint4 r0 = g < rows ? q8_bf16_pairs(p + g * pitch + 2 + 8 * t) : zero;
-                            const uint4 r1 = g + 8 < rows ? q8_bf16_pairs(p + (g + 8) * pitch + 2 + 8 * t) : zero;
-                            const float s0 = g < rows ? f16_to_f32(load_u16(p + g * pitch)) : 0.0f;
-                            const float s1 = g + 8 < rows ? f16_to_f32(load_u16(p + (g + 8) * pitch)) : 0.0f;
-                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
-                            float q[4] = {};
-                            mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
-                            mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
-                            d[0] += s0 * q[0], d[1] += s0 * q[1], d[2] += s1 * q[2], d[3] += s1 * q[3];
                         } else {
-                            // One Q4_0 block (18 bytes: an f16 scale, 16 quant bytes; value scale * (q - 8)) or Q4_1
-                            // (20: scale, min, quants; scale * q + min). Column c < 16 is the low nibble of quant byte
-                            // c, c >= 16 the high one of byte c - 16: this lane's 8t..8t+7 are the nibbles 4 (t / 2)
-                            // of bytes 8 (t % 2)... A missing row: 0, its bytes unread.
-                            const bool q4_1 = kind == MmaWeights::q4_1;
-                            const uint8_t* p = page[i] + (q4_1 ? 20 : 18) * (k0 / 32);
+                            // A block format: the 32 columns are one block; the quants' dots on the tensor cores, then
+                            // weighted by the rows' scales (Q4_1: plus their mins times the block's input sums). A
+                            // missing row: 0, its bytes unread.
+                            const uint8_t* p = page[i] + mma_block_bytes(kind) * (k0 / 32);
                             const uint8_t *b0 = p + g * pitch, *b1 = p + (g + 8) * pitch;
-                            const uint32_t at = (q4_1 ? 4 : 2) + 8 * (t % 2), shift = 4 * (t / 2);
-                            const float offset = q4_1 ? 0.0f : 8.0f;
-                            const uint4 r0 = g < rows ? q4_bf16_pairs(load_u32_align2(b0 + at), load_u32_align2(b0 + at + 4),
-                                                                      shift, offset)
-                                                      : zero;
-                            const uint4 r1 = g + 8 < rows ? q4_bf16_pairs(load_u32_align2(b1 + at),
-                                                                          load_u32_align2(b1 + at + 4), shift, offset)
-                                                          : zero;
+                            const uint4 r0 = g < rows ? block_bf16_pairs(kind, b0, t) : zero;
+                            const uint4 r1 = g + 8 < rows ? block_bf16_pairs(kind, b1, t) : zero;
                             const float s0 = g < rows ? f16_to_f32(load_u16(b0)) : 0.0f;
                             const float s1 = g + 8 < rows ? f16_to_f32(load_u16(b1)) : 0.0f;
-                            const float m0 = q4_1 && g < rows ? f16_to_f32(load_u16(b0 + 2)) : 0.0f;
-                            const float m1 = q4_1 && g + 8 < rows ? f16_to_f32(load_u16(b1 + 2)) : 0.0f;
                             const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
                             float q[4] = {};
                             mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
                             mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
-                            d[0] += s0 * q[0] + m0 * sums[0], d[1] += s0 * q[1] + m0 * sums[1];
-                            d[2] += s1 * q[2] + m1 * sums[2], d[3] += s1 * q[3] + m1 * sums[3];
+                            if (kind == MmaWeights::q4_1) {
+                                const float m0 = g < rows ? f16_to_f32(load_u16(b0 + 2)) : 0.0f;
+                                const float m1 = g + 8 < rows ? f16_to_f32(load_u16(b1 + 2)) : 0.0f;
+                                d[0] += s0 * q[0] + m0 * sums[0], d[1] += s0 * q[1] + m0 * sums[1];
+                                d[2] += s1 * q[2] + m1 * sums[2], d[3] += s1 * q[3] + m1 * sums[3];
+                            } else {
+                                d[0] += s0 * q[0], d[1] += s0 * q[1], d[2] += s1 * q[2], d[3] += s1 * q[3];
+                            }
                         }
                     }
                 }

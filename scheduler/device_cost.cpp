@@ -109,6 +109,7 @@ struct RowsWork {
     uint64_t tensor_flops = 0;  // the MMAs issued: 16-row groups, 8-token chunks, mma_products(dtype) a k-step
     uint64_t mma_instructions = 0;  // what the warps issue for them (KernelStructure's per-k-step counts)
     uint64_t mma_conversions = 0;   // of which type conversions
+    uint64_t team_barriers = 0;     // the block formats' staging: two a k-step of a pass
     uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
 };
 
@@ -147,11 +148,18 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         w.mma_instructions += chunk_steps * (code.mma_chunk_step_instructions + (sums ? code.mma_chunk_step_sums_q4_1 : 0));
         if (sums) w.tensor_flops += 2ull * kMmaGroupRows * s.weights[first.weight].cols * chunk_tokens * 2;
         w.mma_conversions += chunk_steps * code.mma_chunk_step_conversions;
+        const bool staged = mma_block_format(dtype);
+        if (staged) w.team_barriers += (s.weights[first.weight].cols / 32) * code.mma_stage_step_barriers;  // a pass's
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);
             w.mma_instructions += chunk_tokens / 8 * (plan.tiles[t].n_cols / 32) * mma_step_instructions(dtype, code);
             w.mma_conversions += chunk_tokens / 8 * (plan.tiles[t].n_cols / 32) * code.mma_step_conversions;
+            if (staged) {
+                const uint32_t per_stage = dtype == uint32_t(DType::Q4_1) ? 2 : 1;  // scales, and Q4_1's mins
+                w.mma_instructions += (plan.tiles[t].n_cols / 32) * code.mma_stage_step_instructions;
+                w.mma_conversions += (plan.tiles[t].n_cols / 32) * code.mma_stage_step_conversions * per_stage;
+            }
         }
         ++w.input_reads;
     }
@@ -223,7 +231,8 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
                                                                   : double(cost.flops) / s.target.sm_gflops;
         // The MMA tiles' instruction issue (their inputs' splits, the weights' unpacking), or their type
         // conversions' slower pipe: a third bound.
-        const double issue_ns = mma_issue_ns(work.mma_instructions, work.mma_conversions, m);
+        const double issue_ns =
+            mma_issue_ns(work.mma_instructions, work.mma_conversions, m) + double(work.team_barriers) * m.barrier_ns;
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
@@ -266,13 +275,15 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
             (tensor ? b.tensor_flops : b.other_flops) += tensor ? work.tensor_flops : cost.flops;
             b.mma_instructions += work.mma_instructions;
             b.mma_conversions += work.mma_conversions;
+            b.team_barriers += work.team_barriers;
         }
     const double n = double(s.streams.size());
     b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
     b.l2_ms = double(b.l2_bytes) / (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / 1e6;
     b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
-    b.issue_ms = mma_issue_ns(b.mma_instructions, b.mma_conversions, m) / n / 1e6;
+    b.issue_ms =
+        (mma_issue_ns(b.mma_instructions, b.mma_conversions, m) + double(b.team_barriers) * m.barrier_ns) / n / 1e6;
     return b;
 }
 

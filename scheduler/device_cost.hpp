@@ -49,11 +49,19 @@ struct KernelStructure {
     uint32_t mma_step_instructions_bf16 = 8;   // 2 LDS.128, 4 HMMA, addressing
     uint32_t mma_step_instructions_f16 = 106;  // + 2 HMMA, 8 weight pairs split (12 each: 2 HADD2.F32, 2 IADD + 2 LOP
                                                // to round hi, 2 FADD for lo, 2 packs of 2 ALU)
-    uint32_t mma_step_instructions_q8_0 = 80;  // 10 LDS.U16 (quants, scales), 8 quant pairs (5 ALU, 2 FADD: the 2^23
-                                               // trick, no I2F), 4 HMMA, 4 FFMA, the scales' conversions, zeroed partials
-    uint32_t mma_step_instructions_q4_0 = 80;  // 8 LDS.U16 quants, 2 scales, 8 quant pairs (5 ALU, 2 FADD),
-                                               // 4 HMMA, 4 FFMA, the scales' conversions and the zeroed partials
-    uint32_t mma_step_instructions_q4_1 = 88;  // + 2 LDS.U16 and 2 conversions (mins), 4 FFMA (min x input sum)
+    // The block formats read quants the team staged as bf16 (below): 2 LDS.128 (rows g and g + 8), 2 LDS (scales),
+    // 8 moves into the fragments, 4 HMMA, 4 FFMA; Q4_1 + 2 LDS (mins) and 6 more (min x input sum). Unpacked by each
+    // warp (before), they took 80, 80 and 88.
+    uint32_t mma_step_instructions_q8_0 = 20;
+    uint32_t mma_step_instructions_q4_0 = 20;
+    uint32_t mma_step_instructions_q4_1 = 28;
+    // The team's staging of one tile's 32-column block (rows_math.cuh's stage_block), once for all chunks: 64 pieces
+    // of 8 quants, 2 warp instructions' worth of lanes, each ~45 (the table's page address, the quants' loads and
+    // unpacking by bits: 8 pairs of 5 ALU and 2 FADD less shared work, one STS.128, the row's scale and its
+    // conversion); and two team barriers a block (before: no warp reads the last block; after: all see this one).
+    uint32_t mma_stage_step_instructions = 90;
+    uint32_t mma_stage_step_conversions = 2;  // the scales (Q4_1: and mins) from f16, 8 lanes of each of 2 warps
+    uint32_t mma_stage_step_barriers = 2;     // a k-step, per pass (not per tile)
     uint32_t mma_chunk_step_instructions = 56;  // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6
     uint32_t mma_chunk_step_sums_q4_1 = 4;      // Q4_1: the block's input sums, 4 HMMA against ones
     // Of those, the conversions (I2F, F2FP: cvt.rn.bf16x2.f32), which issue at sm_convert_per_ns, a fraction of the
@@ -113,10 +121,11 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // What bounds a prefill step with every SM busy at once, each part's total over the step at the whole device's rate:
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
 // the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
-// warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe) and the
-// other flops.
+// warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe, plus the
+// block formats' staging barriers) and the other flops.
 struct PrefillBounds {
     uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, mma_conversions = 0, other_flops = 0;
+    uint64_t team_barriers = 0;
     double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0;
     const char* bound() const;  // the largest part's name
 };

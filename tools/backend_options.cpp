@@ -20,8 +20,8 @@ void add_backend_options(CLI::App* cmd, BackendOptions& o) {
     cmd->add_option("-b,--batch", o.batch,
                     "Prompt tokens per prefill step (default 256; each weight is read once a chunk; on the cpu backend "
                     "with --tp the ranks split it as a decode step); 1: token by token. On the CUDA backends at most "
-                    "what the scratch holds (d_model + 960, less with --kv-type bf16): a larger -b runs as the largest "
-                    "chunk that fits")
+                    "what the scratch holds (about max(d_model + 960, 3776) tokens, less with quantized weights or "
+                    "--kv-type bf16): a larger -b runs as the largest chunk that fits")
         ->check(CLI::Range(1u, 4096u));
     cmd->add_flag("--check-pages", o.check_pages, "CPU: stage weights through per-SM pages and check the page accounting");
     cmd->add_flag("--detect-races", o.detect_races, "CPU: run the vector-clock race detector (slow)");

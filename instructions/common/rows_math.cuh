@@ -139,12 +139,51 @@ __device__ inline void mma_weight_step(float (&d)[4], const uint32_t (&a)[4], ui
     }
 }
 
+// Where a pass stages its block formats' quants: the scratch's last kMmaStageFloats (16-byte aligned), which the
+// tokens' vectors at its start never reach (the CUDA programs bound a chunk's tokens so: device_prefill_limit).
+__device__ inline float* weight_stage(const DeviceOpContext& ctx) {
+    return ctx.scratch + (ctx.scratch_floats - kMmaStageFloats) / 4 * 4;
+}
+
+// Where a pass of at most kTiles tiles stages a block (token_rows.hpp's kMmaStageFloats), at offsets fixed at compile
+// time so a reader holds one pointer: the pass's page addresses, the rows' scales in fp32 (row r of tile i at
+// 16 i + r), Q4_1's mins, then the quants, row 16 i + r as 64 bytes of bf16: four 16-byte pieces of 8 columns in a
+// lane's order (block_bf16_pairs). All 16-byte aligned.
+template <uint32_t kTiles>
+struct BlockStage {
+    static constexpr uint32_t kTable = 0, kScales = 16, kMins = kScales + kTiles * kMmaGroupRows,  // in floats
+        kQuants = kMins + kTiles * kMmaGroupRows;
+};
+
+// One 32-column block (the `block`-th) of a pass's `count` tiles (their pages in the stage's table), unpacked by the
+// whole team into the stage; a missing row is zeros. Between two team syncs: no warp still reads the last block, and
+// every warp sees this one. 64 pieces a tile over the team (224 threads: 2.3 each for 8 tiles).
+template <uint32_t kTiles>
+__device__ inline void stage_block(MmaWeights kind, uint32_t count, uint32_t full_tiles, uint32_t last_rows,
+                                   uint32_t pitch, uint32_t block, float* stage, const Team& team) {
+    const uint8_t* const* table = reinterpret_cast<const uint8_t* const*>(stage + BlockStage<kTiles>::kTable);
+    uint4* quants = reinterpret_cast<uint4*>(stage + BlockStage<kTiles>::kQuants);
+    float* scales = stage + BlockStage<kTiles>::kScales;
+    float* mins = stage + BlockStage<kTiles>::kMins;
+    team.sync();
+    for (uint32_t u = team.rank; u < count * kMmaGroupRows * 4; u += team.size) {
+        const uint32_t i = u / 64, row = u / 4 % kMmaGroupRows, piece = u % 4;
+        const bool have = row < (i < full_tiles ? kMmaGroupRows : last_rows);
+        const uint8_t* b = table[i] + mma_block_bytes(kind) * block + row * pitch;
+        quants[u] = have ? block_bf16_pairs(kind, b, piece) : uint4{0, 0, 0, 0};
+        if (piece == 0) scales[u / 4] = have ? f16_to_f32(load_u16(b)) : 0.0f;
+        if (piece == 1 && kind == MmaWeights::q4_1) mins[u / 4] = have ? f16_to_f32(load_u16(b + 2)) : 0.0f;
+    }
+    team.sync();
+}
+
 // The tensor-core dots of an MMA tile plan (page_plan.hpp): visit(tile, row, j, dot) for every weight row and token
 // j < n, called by the lane that holds the dot. A pass's groups (16 rows each; gate/up pairs) go slice by slice: the
 // team holds the pass's tiles of one slice (Tile::pass_tiles, at most kTiles); a warp keeps fp32 accumulators for its
 // 8-token chunks (chunk w, w + n_warps, ...: at most kChunks) over every slice, so each activation is read once a
-// pass. Weights are A (16 rows x 16 k, from the page; F16 split in two), tokens B (16 k x 8 tokens, hi and lo halves:
-// two MMAs, three for F16: mma_weight_step). Within
+// pass. Weights are A (16 rows x 16 k, from the page, F16 split in two; a block format's quants from `stage`, the team
+// unpacking each block once), tokens B (16 k x 8 tokens, hi and lo halves: two MMAs, three for F16:
+// mma_weight_step). Within
 // each 32 columns a lane takes 8 consecutive ones (one 128-bit load a row) and feeds them to the two k-steps in a
 // permuted k order, the same for A and B, which leaves the dot unchanged: step 0 takes columns 8t..8t+3 as the
 // fragment's k = 2t, 2t+1, 2t+8, 2t+9, step 1 columns 8t+4..8t+7 (t = lane % 4; mk_emu/mma.hpp spells the layout).
@@ -160,6 +199,7 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                                                    : MmaWeights::bf16;
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
     const uint32_t chunks = (n + 7) / 8;
+    const bool blocks = kind != MmaWeights::bf16 && kind != MmaWeights::f16;
     for (uint32_t base = 0; base < tiles.count();) {
         // The plan's pass width: at most kTiles, as page_plan.cpp's mma_pass_tiles sizes it for >= 7 warps.
         const uint32_t in_pass = tiles.info(base).pass_tiles;
@@ -179,64 +219,94 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
             const uint32_t last_rows = tiles.info(t0 + in_pass - 1).n_rows;
             const uint32_t full_tiles = in_pass - (in_pass > 1 && tiles.info(t0 + 1).weight != first.weight ? 2 : 1);
             const uint32_t col0 = first.col_begin, width = first.n_cols;
-            for (uint32_t k0 = 0; k0 < width; k0 += 32) {
-                // Chunk by chunk: its token's columns 8t..8t+7 as bf16 pairs (hi and lo), against every tile's rows
-                // g and g + 8 (one 128-bit load each): registers for one chunk's B at a time beside the accumulators.
+            // Chunk c's token columns k0 + 8t..8t+7 as bf16 pairs (hi and lo): false for a warp with no chunk c.
+            // Registers for one chunk's B at a time beside the accumulators.
+            auto chunk_inputs = [&](uint32_t c, uint32_t k0, uint32_t(&hi)[4], uint32_t(&lo)[4]) {
+                if (warp + c * n_warps >= chunks) return false;  // the same for the whole warp
+                const uint32_t j = (warp + c * n_warps) * 8 + g;
+                const auto x = column(j < n ? j : 0);
 #pragma unroll
-                for (uint32_t c = 0; c < kChunks; ++c) {
-                    if (warp + c * n_warps >= chunks) continue;  // the same for the whole warp
-                    const uint32_t j = (warp + c * n_warps) * 8 + g;
-                    uint32_t hi[4], lo[4];
-                    const auto x = column(j < n ? j : 0);
+                for (uint32_t e = 0; e < 4; ++e) {
+                    hi[e] = lo[e] = 0;
+                    if (j < n)
+                        split_bf16_pair(x.at(col0 + k0 + 8 * t + 2 * e), x.at(col0 + k0 + 8 * t + 2 * e + 1), hi[e],
+                                        lo[e]);
+                }
+                return true;
+            };
+            if (blocks) {
+                // A block format: each 32-column block's quants unpacked once for the team into the free scratch
+                // (stage_block; a warp unpacking them for its own tokens did it 7 times; the CUDA programs keep room
+                // for a pass's: device_prefill_limit), its dots on the tensor cores, then weighted by the rows'
+                // scales (Q4_1: plus their mins times the block's input sums). The pages' addresses go to the stage
+                // so this loop holds none in registers (one loop for every format spilled in the interpreter, as did
+                // staging in rounds of what fits: the accumulators' indices stopped being constants).
+                float* stage = weight_stage(ctx);  // here, not held through the other formats' loop
+                const uint8_t** table = reinterpret_cast<const uint8_t**>(stage + BlockStage<kTiles>::kTable);
 #pragma unroll
-                    for (uint32_t e = 0; e < 4; ++e) {
-                        hi[e] = lo[e] = 0;
-                        if (j < n)
-                            split_bf16_pair(x.at(col0 + k0 + 8 * t + 2 * e), x.at(col0 + k0 + 8 * t + 2 * e + 1), hi[e],
-                                            lo[e]);
-                    }
-                    // Q4_1: the block's input sums (rows g and g + 8 alike), for its rows' mins: the inputs times ones.
-                    float sums[4] = {};
-                    if (kind == MmaWeights::q4_1) {
-                        const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};  // bf16 1.0 x 2
-                        mma_weight_step(sums, ones, hi[0], hi[1], lo[0], lo[1], false);
-                        mma_weight_step(sums, ones, hi[2], hi[3], lo[2], lo[3], false);
-                    }
+                for (uint32_t i = 0; i < kTiles; ++i)
+                    if (i < in_pass && team.rank == i) table[i] = page[i];  // seen after stage_block's first sync
+                // This lane's rows g and g + 8 of tile 0 in the stage (128-bit loads, no bank conflict); tile i's are
+                // constant offsets further, which the loads take as immediates (indices computed per tile held 16
+                // registers, and the interpreter spilled).
+                const uint4* lane_quants =
+                    reinterpret_cast<const uint4*>(stage + BlockStage<kTiles>::kQuants) + g * 4 + t;
+                const float* lane_scales = stage + BlockStage<kTiles>::kScales + g;
+                for (uint32_t k0 = 0; k0 < width; k0 += 32) {
+                    stage_block<kTiles>(kind, in_pass, full_tiles, last_rows, pitch, k0 / 32, stage, team);
 #pragma unroll
-                    for (uint32_t i = 0; i < kTiles; ++i) {
-                        if (i >= in_pass) continue;
-                        const uint32_t rows = i < full_tiles ? kMmaGroupRows : last_rows;
-                        const uint4 zero{0, 0, 0, 0};
-                        float(&d)[4] = acc[i][c];
-                        if (kind == MmaWeights::bf16 || kind == MmaWeights::f16) {
-                            const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
-                            const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
-                            const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
-                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
-                            mma_weight_step(d, a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
-                            mma_weight_step(d, a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
-                        } else {
-                            // A block format: the 32 columns are one block; the quants' dots on the tensor cores, then
-                            // weighted by the rows' scales (Q4_1: plus their mins times the block's input sums). A
-                            // missing row: 0, its bytes unread.
-                            const uint8_t* p = page[i] + mma_block_bytes(kind) * (k0 / 32);
-                            const uint8_t *b0 = p + g * pitch, *b1 = p + (g + 8) * pitch;
-                            const uint4 r0 = g < rows ? block_bf16_pairs(kind, b0, t) : zero;
-                            const uint4 r1 = g + 8 < rows ? block_bf16_pairs(kind, b1, t) : zero;
-                            const float s0 = g < rows ? f16_to_f32(load_u16(b0)) : 0.0f;
-                            const float s1 = g + 8 < rows ? f16_to_f32(load_u16(b1)) : 0.0f;
-                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+                    for (uint32_t c = 0; c < kChunks; ++c) {
+                        uint32_t hi[4], lo[4];
+                        if (!chunk_inputs(c, k0, hi, lo)) continue;
+                        // Q4_1: the block's input sums (rows g and g + 8 alike), for its rows' mins: the inputs
+                        // times ones.
+                        float sums[4] = {};
+                        if (kind == MmaWeights::q4_1) {
+                            const uint32_t ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};  // 1.0 x 2
+                            mma_weight_step(sums, ones, hi[0], hi[1], lo[0], lo[1], false);
+                            mma_weight_step(sums, ones, hi[2], hi[3], lo[2], lo[3], false);
+                        }
+#pragma unroll
+                        for (uint32_t i = 0; i < kTiles; ++i) {
+                            if (i >= in_pass) continue;
+                            const uint4 q0 = lane_quants[i * 64], q1 = lane_quants[i * 64 + 32];
+                            const uint32_t a0[4] = {q0.x, q1.x, q0.y, q1.y}, a1[4] = {q0.z, q1.z, q0.w, q1.w};
                             float q[4] = {};
                             mma_weight_step(q, a0, hi[0], hi[1], lo[0], lo[1], false);
                             mma_weight_step(q, a1, hi[2], hi[3], lo[2], lo[3], false);
+                            float(&d)[4] = acc[i][c];
+                            const float s0 = lane_scales[i * 16], s1 = lane_scales[i * 16 + 8];
                             if (kind == MmaWeights::q4_1) {
-                                const float m0 = g < rows ? f16_to_f32(load_u16(b0 + 2)) : 0.0f;
-                                const float m1 = g + 8 < rows ? f16_to_f32(load_u16(b1 + 2)) : 0.0f;
+                                constexpr uint32_t kMins = BlockStage<kTiles>::kMins - BlockStage<kTiles>::kScales;
+                                const float m0 = lane_scales[kMins + i * 16], m1 = lane_scales[kMins + i * 16 + 8];
                                 d[0] += s0 * q[0] + m0 * sums[0], d[1] += s0 * q[1] + m0 * sums[1];
                                 d[2] += s1 * q[2] + m1 * sums[2], d[3] += s1 * q[3] + m1 * sums[3];
                             } else {
                                 d[0] += s0 * q[0], d[1] += s0 * q[1], d[2] += s1 * q[2], d[3] += s1 * q[3];
                             }
+                        }
+                    }
+                }
+            } else {
+                // BF16 or F16 rows straight from the pages: tile i's rows g and g + 8, one 128-bit load each.
+                for (uint32_t k0 = 0; k0 < width; k0 += 32) {
+#pragma unroll
+                    for (uint32_t c = 0; c < kChunks; ++c) {
+                        uint32_t hi[4], lo[4];
+                        if (!chunk_inputs(c, k0, hi, lo)) continue;
+#pragma unroll
+                        for (uint32_t i = 0; i < kTiles; ++i) {
+                            if (i >= in_pass) continue;
+                            const uint32_t rows = i < full_tiles ? kMmaGroupRows : last_rows;
+                            const uint4 zero{0, 0, 0, 0};
+                            const uint8_t* p = page[i] + 2 * (k0 + 8 * t);
+                            const uint4 r0 = g < rows ? *reinterpret_cast<const uint4*>(p + g * pitch) : zero;
+                            const uint4 r1 = g + 8 < rows ? *reinterpret_cast<const uint4*>(p + (g + 8) * pitch) : zero;
+                            const uint32_t a0[4] = {r0.x, r1.x, r0.y, r1.y}, a1[4] = {r0.z, r1.z, r0.w, r1.w};
+                            mma_weight_step(acc[i][c], a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
+                            mma_weight_step(acc[i][c], a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
+                            __syncwarp();  // one tile's registers at a time: interleaved, the interpreter spilled
+                            asm volatile("" ::: "memory");  // a scheduling fence: see above
                         }
                     }
                 }

@@ -81,6 +81,14 @@ MK_HOST_DEVICE inline bool mma_spans_fit(uint32_t dtype, uint32_t cols, uint64_t
 MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t block_tokens) {
     return mma_span_cols(dtype) && cols % 32 == 0 && block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
 }
+// The block formats' quants are made bf16 once per team, not once per warp: each 32-column block of a pass's tiles
+// goes into the scratch past the vectors the op keeps (rows_math.cuh's stage_block), 16 rows x 32 bf16 and each row's
+// scale and min in fp32, 1,152 bytes a tile, 9 KiB for a pass of 8 (device_prefill_limit keeps them free).
+inline constexpr uint32_t kMmaStageTileBytes = kMmaGroupRows * (32 * 2 + 2 * 4);
+inline constexpr uint32_t kMmaStageFloats = 16 + kMmaMaxPassTiles * kMmaStageTileBytes / 4;  // + 8 pages' addresses
+MK_HOST_DEVICE inline bool mma_block_format(uint32_t dtype) {
+    return dtype == uint32_t(DType::Q8_0) || dtype == uint32_t(DType::Q4_0) || dtype == uint32_t(DType::Q4_1);
+}
 // The MMAs a k-step issues per tile and 8-token chunk: the input's hi and lo halves, and for F16 weights their low
 // half against the input's high one (rows_math.cuh's mma_weight_step). Q4_1's input sums take 4 more a 32-column
 // block per chunk, shared by the pass's tiles (not counted here).

@@ -26,7 +26,7 @@ struct BatchLaunch {
     const int32_t* step_state;        // device: {pos, token, n_tokens} of the step (read at run time: graph replays)
     uint32_t count;                   // instructions in the batch: one block each
     uint32_t threads;                 // per block: whole warps, at most kBatchMaxThreads
-    uint32_t scratch_bytes;           // dynamic shared memory per block (at least 4 * (d_model + 1024))
+    uint32_t scratch_bytes;           // dynamic shared memory per block (at least op_scratch_bytes)
     bool programmatic = false;        // programmatic dependent launch: the prologue overlaps the previous kernel
 };
 

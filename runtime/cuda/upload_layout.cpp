@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "instructions/common/token_rows.hpp"
 #include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/page_ring.hpp"
@@ -86,7 +87,10 @@ UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prep
 }
 
 uint32_t device_prefill_limit(const Schedule& prefill) {
-    const uint64_t floats = op_scratch_bytes(prefill.dims) / 4 - 64;
+    // A block format's MMA passes stage their quants past the tokens' vectors (rounded up to 4 floats).
+    bool stages = false;
+    for (const WeightFormat& w : prefill.weights) stages = stages || mma_block_format(w.dtype);
+    const uint64_t floats = op_scratch_bytes(prefill.dims) / 4 - 64 - (stages ? kMmaStageFloats + 4 : 0);
     uint64_t limit = floats;
     if (prefill.dims.kv_type == uint32_t(KvType::bf16))
         for (const auto& stream : prefill.streams)

@@ -50,9 +50,11 @@ UploadLayout build_upload_layout(const Schedule& schedule, const PreparedSchedul
                                  uint32_t first_stream = 0, uint32_t n_streams = UINT32_MAX);
 
 // The most tokens a chunk of this prefill schedule's shape may hold on the CUDA backends: the prefill ops keep one
-// fp32 per token in the team scratch (op_scratch_bytes, past 64 reduction floats): d_model + 960; with a bf16 KV
-// cache, rms_qkv_rows finishes each K/V block's (T, rows) outputs there too (rounded once when stored), so
-// (d_model + 960) / (rows + 1) for its largest block (the blocks' rows do not depend on T).
+// fp32 per token in the team scratch (op_scratch_bytes, past 64 reduction floats): F floats, max(d_model + 1024,
+// 3840) - 64, less kMmaStageFloats + 4 where a weight is in a block format (a pass stages its quants in the
+// scratch's last floats, past the tokens' vectors); with a bf16 KV cache, rms_qkv_rows finishes each K/V block's
+// (T, rows) outputs there too (rounded once when stored), so F / (rows + 1) for its largest block (the blocks' rows
+// do not depend on T).
 uint32_t device_prefill_limit(const Schedule& prefill);
 
 }  // namespace mk

@@ -18,6 +18,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/cuda/cuda_program.hpp"
 #include "runtime/cuda/probe.hpp"
+#include "instructions/common/token_rows.hpp"
 #include "runtime/cuda/upload_layout.hpp"
 #include "scheduler/compile.hpp"
 #include "tests/cuda/cuda_test_config.hpp"
@@ -404,6 +405,34 @@ TEST_CASE("CUDA prefill: a bf16 KV cache's chunks match the CPU's", "[cuda][pref
     REQUIRE(fits > 1);
     REQUIRE(fits < 4096);
     check_against(prefilled(*fitted, prompt), want, 1e-5, "tiny-qwen2 bf16 KV -b 4096 resident vs cpu prefill T=7");
+}
+
+
+// A block format's MMA passes stage their quants in the scratch's last kMmaStageFloats, past every token's vectors:
+// the chunk limit leaves them free (and a bf16 cache's K/V blocks divide what is left), where BF16 weights need none.
+TEST_CASE("CUDA prefill: the chunk limit leaves a block format's stage free", "[cuda][prefill][kv]") {
+    for (const std::string kv : {"f32", "bf16"}) {
+        const Model q8 = synthetic("synthetic:tiny-llama:q8_0:seed=5");
+        const Model bf16 = synthetic("synthetic:tiny-llama:bf16:seed=5");
+        auto limit = [&](const Model& model) {
+            api::BackendOptions o;
+            o.kv_type = kv;
+            const Schedule s = resolve_schedule(model, o);
+            return device_prefill_limit(compile_prefill_schedule(model.config, s.weights, s.target,
+                                                                 parse_policy(o.policy), 64, true,
+                                                                 KvType(s.dims.kv_type)));
+        };
+        const uint64_t floats = op_scratch_bytes(model_dims(q8.config)) / 4 - 64;
+        INFO("kv " << kv << ", scratch floats past the reductions " << floats);
+        CHECK(op_scratch_bytes(model_dims(q8.config)) >= 4 * 3840);
+        if (kv == "f32") {
+            CHECK(limit(bf16) == floats);
+            CHECK(limit(q8) == floats - kMmaStageFloats - 4);
+        } else {
+            CHECK(limit(q8) < limit(bf16));
+            CHECK(limit(q8) > 1);
+        }
+    }
 }
 
 }  // namespace mk

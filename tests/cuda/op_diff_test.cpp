@@ -201,7 +201,7 @@ TEST_CASE("CUDA ops: every op matches its CPU code on random inputs", "[cuda][op
                 b.step_state = step_state.as<int32_t>();
                 b.count = 1;
                 b.threads = kBatchMaxThreads;
-                b.scratch_bytes = 4 * (d.d_model + 1024);
+                b.scratch_bytes = uint32_t(op_scratch_bytes(d));
                 check_cuda(launch_instruction_batch(b, nullptr), "launching the op");
                 check_cuda(cudaDeviceSynchronize(), "running the op");
                 check_cuda(cudaMemcpy(gpu.arena.data(), state->ranks[0].arena.as<void>(), gpu.arena.size(), cudaMemcpyDeviceToHost), "arena");

@@ -302,6 +302,21 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     CHECK(issue.mma_instructions == 4ull * 32 * (4 * 8 + 56));
     CHECK(issue.issue_ms == Approx(4.0 * 32 * (4 * 8 + 56) / 2 / 1e6));
     CHECK(std::string(issue.bound()) == "instruction issue");
+    CHECK(issue.team_barriers == 0);
+    // Q8_0: the team stages each tile's 32-column blocks once (90 instructions a block and tile, for every chunk),
+    // the warps read them (20 a tile, chunk and k-step), two team barriers a k-step of each pass; 4 groups of 1,024
+    // columns: 128 tile k-steps.
+    s.weights[wo] = {uint32_t(DType::Q8_0), 64, 1024, 1088};
+    const PrefillBounds staged = prefill_bounds(s, m);
+    const uint64_t passes = staged.team_barriers / (2 * 32);
+    CHECK(passes >= 1);
+    CHECK(staged.team_barriers == passes * 2 * 32);
+    CHECK(staged.mma_instructions == passes * 4 * 32 * 56 + 4ull * 128 * 20 + 128ull * 90);
+    m.barrier_ns = 100;
+    CHECK(prefill_bounds(s, m).issue_ms ==
+          Approx((double(staged.mma_instructions) + double(staged.team_barriers) * 100) / 2 / 1e6));
+    m.barrier_ns = 10;
+    s.weights[wo] = {uint32_t(DType::BF16), 64, 1024, 2048};
     // Type conversions (per chunk and k-step the inputs' 4 pair splits, 2 each; none a tile: the weights are
     // unpacked by bits) at their own slower rate: the slower of the two bounds it.
     CHECK(issue.mma_conversions == 4ull * 32 * 8);

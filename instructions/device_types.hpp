@@ -98,7 +98,7 @@ struct DeviceOpContext {
 // The team scratch (shared memory) the CUDA backends give an op: the normalized input vector, d_model fp32,
 // plus 1024 floats for cross-warp reductions and attention's per-warp partial states (attn_partial splits
 // positions over as many warps as have room); at least 3,840 floats (15 KiB), which a prefill pass's staged
-// block-format quants need (2,304: token_rows.hpp's kMmaStageFloats) beside its tokens' vectors, and which still fit
+// block-format quants need (2,320: token_rows.hpp's kMmaStageFloats) beside its tokens' vectors, and which still fit
 // the H200 beside 13 pages and the interpreter's 3 KiB of state (16 KiB are left). The resident kernel gives at
 // least this, the baseline exactly.
 inline uint64_t op_scratch_bytes(const ModelDims& dims) {

@@ -87,7 +87,8 @@ UploadLayout build_upload_layout(const Schedule& s, const PreparedSchedule& prep
 }
 
 uint32_t device_prefill_limit(const Schedule& prefill) {
-    // A block format's MMA passes stage their quants past the tokens' vectors (rounded up to 4 floats).
+    // A block format's MMA passes stage their quants in the scratch's last kMmaStageFloats, rounded down to a 16-byte
+    // boundary (up to 4 floats more), past the tokens' vectors.
     bool stages = false;
     for (const WeightFormat& w : prefill.weights) stages = stages || mma_block_format(w.dtype);
     const uint64_t floats = op_scratch_bytes(prefill.dims) / 4 - 64 - (stages ? kMmaStageFloats + 4 : 0);

@@ -121,10 +121,12 @@ uint32_t mma_step_instructions(uint32_t dtype, const KernelStructure& c) {
     return dtype == uint32_t(DType::Q8_0) ? c.mma_step_instructions_q8_0 : c.mma_step_instructions_bf16;
 }
 
-// The time an SM takes to issue `instructions` of which `conversions` are type conversions (0 without the rates).
-double mma_issue_ns(uint64_t instructions, uint64_t conversions, const DeviceModel& m) {
+// The time an SM takes to issue `instructions` of which `conversions` are type conversions (0 without the rates),
+// plus the team barriers its warps wait at.
+double mma_issue_ns(uint64_t instructions, uint64_t conversions, uint64_t barriers, const DeviceModel& m) {
     const double issue = m.sm_issue_per_ns > 0 ? double(instructions) / m.sm_issue_per_ns : 0.0;
-    return std::max(issue, m.sm_convert_per_ns > 0 ? double(conversions) / m.sm_convert_per_ns : 0.0);
+    return std::max(issue, m.sm_convert_per_ns > 0 ? double(conversions) / m.sm_convert_per_ns : 0.0) +
+           double(barriers) * m.barrier_ns;
 }
 
 RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
@@ -231,8 +233,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
                                                                   : double(cost.flops) / s.target.sm_gflops;
         // The MMA tiles' instruction issue (their inputs' splits, the weights' unpacking), or their type
         // conversions' slower pipe: a third bound.
-        const double issue_ns =
-            mma_issue_ns(work.mma_instructions, work.mma_conversions, m) + double(work.team_barriers) * m.barrier_ns;
+        const double issue_ns = mma_issue_ns(work.mma_instructions, work.mma_conversions, work.team_barriers, m);
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
@@ -282,8 +283,7 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
     b.l2_ms = double(b.l2_bytes) / (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / 1e6;
     b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
-    b.issue_ms =
-        (mma_issue_ns(b.mma_instructions, b.mma_conversions, m) + double(b.team_barriers) * m.barrier_ns) / n / 1e6;
+    b.issue_ms = mma_issue_ns(b.mma_instructions, b.mma_conversions, b.team_barriers, m) / n / 1e6;
     return b;
 }
 

@@ -199,7 +199,7 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                                                    : MmaWeights::bf16;
     const uint32_t lane = team.lane(), g = lane / 4, t = lane % 4, warp = team.warp(), n_warps = team.n_warps();
     const uint32_t chunks = (n + 7) / 8;
-    const bool blocks = kind != MmaWeights::bf16 && kind != MmaWeights::f16;
+    const bool blocks = mma_block_format(uint32_t(dtype));
     for (uint32_t base = 0; base < tiles.count();) {
         // The plan's pass width: at most kTiles, as page_plan.cpp's mma_pass_tiles sizes it for >= 7 warps.
         const uint32_t in_pass = tiles.info(base).pass_tiles;
@@ -306,7 +306,6 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
                             mma_weight_step(acc[i][c], a0, hi[0], hi[1], lo[0], lo[1], kind == MmaWeights::f16);
                             mma_weight_step(acc[i][c], a1, hi[2], hi[3], lo[2], lo[3], kind == MmaWeights::f16);
                             __syncwarp();  // one tile's registers at a time: interleaved, the interpreter spilled
-                            asm volatile("" ::: "memory");  // a scheduling fence: see above
                         }
                     }
                 }

@@ -82,8 +82,8 @@ MK_HOST_DEVICE inline bool mma_eligible(uint32_t dtype, uint32_t cols, uint32_t 
     return mma_span_cols(dtype) && cols % 32 == 0 && block_tokens >= kMmaMinTokens && block_tokens <= kMmaMaxTokens;
 }
 // The block formats' quants are made bf16 once per team, not once per warp: each 32-column block of a pass's tiles
-// goes into the scratch past the vectors the op keeps (rows_math.cuh's stage_block), 16 rows x 32 bf16 and each row's
-// scale and min in fp32, 1,152 bytes a tile, 9 KiB for a pass of 8 (device_prefill_limit keeps them free).
+// goes into the scratch's last floats (rows_math.cuh's stage_block), 16 rows x 32 bf16 and each row's scale and min
+// in fp32, 1,152 bytes a tile, 9 KiB for a pass of 8 (device_prefill_limit keeps them clear of the tokens' vectors).
 inline constexpr uint32_t kMmaStageTileBytes = kMmaGroupRows * (32 * 2 + 2 * 4);
 inline constexpr uint32_t kMmaStageFloats = 16 + kMmaMaxPassTiles * kMmaStageTileBytes / 4;  // + 8 pages' addresses
 MK_HOST_DEVICE inline bool mma_block_format(uint32_t dtype) {

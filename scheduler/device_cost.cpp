@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "instructions/attn_partial/attn_partial.hpp"
+#include "instructions/attn_rows/attn_rows.hpp"
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
 #include "instructions/registry.hpp"
@@ -23,6 +24,7 @@ DeviceModel device_model_h200() {
     // Latencies: assumed until measured (orders of magnitude from public H100 microbenchmarks: L2 hits
     // ~260-470 cycles by partition, DRAM ~1000+ cycles, at ~1.75-1.98 GHz).
     m.l2_load_ns = 250;
+    m.l1_load_ns = 20;  // assumed until measured: an L1 hit, ~35-40 cycles
     m.dram_load_ns = 650;
     m.byte_load_ns = 2;        // assumed until measured: one issue slot and an L1 hit, ~4 cycles
     m.barrier_ns = 40;         // assumed until measured: bar.sync of 224 threads, ~80 cycles
@@ -172,6 +174,74 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
     return w;
 }
 
+// attn_rows as attn_rows.cuh runs it, the chunk starting at `start`: per query block, rounds of the team's
+// (query, head) slots, each walking its visible positions in staged blocks. A block costs its staging (its
+// dependent load rounds from L2, or its bytes at the SM's L2 share when they take longer, K then V where both do not
+// fit at once; a prefetched one: its rounds from L1, or its bytes beyond the block before's compute), its warps'
+// instructions (at the SM's issue rate, or one warp's where few are busy), and its barriers.
+double attn_rows_ns(const Schedule& s, const Instruction& ins, uint32_t start, const DeviceModel& m) {
+    const KernelStructure& c = m.code;
+    const auto a = decode_args<AttnRowsArgs>(ins);
+    const uint32_t hd = a.head_dim, lane_dims = attn_rows_lane_dims(hd), warps = c.consumer_warps;
+    const uint32_t per_round = warps * kAttnRowsSlots;
+    const double l2_bytes_per_ns = (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / s.target.n_sms;
+    const double warp_issue_per_ns = m.sm_issue_per_ns / 4;  // one scheduler's
+    double ns = 0.0;
+    for (uint32_t d0 = 0; d0 < hd; d0 += 32 * lane_dims) {
+        const uint32_t dims = std::min(32 * lane_dims, hd - d0);
+        const AttnRowsStage st = attn_rows_stage(hd, dims, c.scratch_floats);
+        // A staging's dependent load rounds: a lane loads attn_rows_stage_rows of its warp's rows, 32 x lane_dims
+        // columns, before storing them.
+        const uint32_t batch = attn_rows_stage_rows(lane_dims);
+        auto load_rounds = [&](uint32_t rows, uint32_t columns) {
+            const uint32_t warp_rows = (rows + warps - 1) / warps;
+            return double((warp_rows + batch - 1) / batch) *
+                   double((columns + 32 * lane_dims - 1) / (32 * lane_dims));
+        };
+        auto bytes_ns = [&](uint32_t rows, uint32_t columns) {
+            return double(rows) * columns * s.dims.kv_bytes() / l2_bytes_per_ns;
+        };
+        for (uint32_t b = 0; b < kAttnQueryBlocks; ++b) {
+            const QueryBlock block = attn_query_block(a, b);
+            const uint32_t pairs = block.count * a.group;
+            for (uint32_t round = 0; round < pairs; round += per_round) {
+                const uint32_t last = std::min(pairs, round + per_round) - 1;
+                const uint32_t span = start + block.begin + last / a.group + 1;
+                std::vector<uint32_t> visible;  // each busy warp's last query's
+                for (uint32_t p0 = round; p0 <= last; p0 += kAttnRowsSlots)
+                    visible.push_back(start + block.begin + std::min(p0 + kAttnRowsSlots - 1, last) / a.group + 1);
+                double last_compute_ns = 0.0;
+                for (uint32_t base = 0; base < span; base += st.positions) {
+                    const uint32_t rows = std::min(st.positions, span - base);
+                    double all = double(rows) * (hd + dims) / 32 * c.attn_rows_stage_per_32, busiest = 0.0;
+                    for (const uint32_t v : visible) {
+                        if (v <= base) continue;
+                        const double keys = std::min(rows, v - base);
+                        const double per_key = c.attn_rows_key_instructions + c.attn_rows_key_per_lane_dim * lane_dims;
+                        const double warp = double(hd) * c.attn_rows_score_per_dim +
+                                            kAttnRowsSlots * double(c.attn_rows_softmax_per_slot + lane_dims) +
+                                            keys * per_key;
+                        all += warp;
+                        busiest = std::max(busiest, warp);
+                    }
+                    const double compute_ns = std::max(all / m.sm_issue_per_ns, busiest / warp_issue_per_ns);
+                    const double rounds = load_rounds(rows, hd) + load_rounds(rows, dims);
+                    if (c.attn_rows_prefetch && base > 0 && attn_rows_prefetched(rows, hd, s.dims.kv_bytes()))
+                        ns += std::max(rounds * m.l1_load_ns, bytes_ns(rows, hd + dims) - last_compute_ns);
+                    else if (st.joint)
+                        ns += std::max(rounds * m.l2_load_ns, bytes_ns(rows, hd + dims));
+                    else  // K, then V after the scores
+                        ns += std::max(load_rounds(rows, hd) * m.l2_load_ns, bytes_ns(rows, hd)) +
+                              std::max(load_rounds(rows, dims) * m.l2_load_ns, bytes_ns(rows, dims));
+                    ns += compute_ns + (st.joint ? 2 : 4) * m.barrier_ns;
+                    last_compute_ns = compute_ns;
+                }
+            }
+        }
+    }
+    return ns;
+}
+
 }  // namespace
 
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m) {
@@ -242,8 +312,13 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         t.load_ns = double(work.weight_bytes) / (cost.later_token_block ? l2_bytes_per_ns : fill_bytes_per_ns);
         for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
         t.pages = std::min<uint32_t>(plan.n_pages, uint32_t(plan.tiles.size()));
+    } else if (name == "attn_rows") {
+        // `position` is the step's last token's: a chunk of T tokens starts T - 1 before it (at 0 for a prompt's
+        // first chunk under the default 511 and T = 512).
+        const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
+        t.consume_ns = attn_rows_ns(s, ins, position + 1 > T ? position + 1 - T : 0, m);
     } else {
-        // Small ops (embed, attn_reduce, sample, reduce_add, transfer) and attn_rows: their bytes at the SM's share,
+        // Small ops (embed, attn_reduce, sample, reduce_add, transfer): their bytes at the SM's share,
         // at least one dependent load, and the flops at the SM's rate.
         const double bytes_ns = double(cost.activation_bytes + cost.weight_bytes) / fill_bytes_per_ns;
         t.consume_ns = std::max(m.l2_load_ns + bytes_ns, double(cost.flops) / s.target.sm_gflops);

@@ -36,6 +36,25 @@ struct KernelStructure {
     uint32_t attn_trip_shuffles = 42;      // dependent shuffles per trip (before: 5, the score's warp sum)
     bool attn_kv_prefetched = true;        // the loader prefetches the chunk's K/V rows into L2 an instruction ahead,
                                            // so a trip's load rounds hit L2 (before: DRAM, the weights evict them)
+    // attn_rows (prefill, attn_rows.cuh): the team stages up to 32 positions' K and V rows in the scratch per block
+    // of a round of its (query, head) slots, 4 a warp (attn_rows.hpp). Per block a busy warp issues: per head dim of
+    // the scores, 1 LDS of K, 4 FFMA and a quarter of 4 slots' 16-byte q loads (6); per slot ~30 for the online
+    // softmax (2 x 5 shuffles with their max and add, 2 expf, the masks) plus its accumulators' rescale; per key, 4
+    // SHFL of the weights and the loop's 2, and per lane dim an LDS and 4 FFMA. The staging: ~4 per 32 elements
+    // (load, store, addressing) over the team, in dependent load rounds of attn_rows_stage_rows rows a warp. (Before:
+    // every (query, head) read its K and V rows from L2 itself.)
+    uint32_t attn_rows_score_per_dim = 6;
+    uint32_t attn_rows_softmax_per_slot = 30;
+    uint32_t attn_rows_key_instructions = 6;
+    uint32_t attn_rows_key_per_lane_dim = 5;
+    uint32_t attn_rows_stage_per_32 = 4;
+    // Each block but a round's first was prefetched into L1 during the block before (prefetch.global.L1) where its
+    // rows fit (attn_rows_prefetched): its bytes stream while that block computes, and its staging's load rounds hit
+    // L1 (before: round trips to L2 a block).
+    bool attn_rows_prefetch = true;
+    // The resident kernel's team scratch on the H200, in floats: what 227 KiB leave beside 13 pages of 16 KiB and the
+    // kernel's state and queue (matvec_input_smem_cols is this less 1,024 for reductions).
+    uint32_t scratch_floats = 4076;
     double wait_backoff_max_ns = 256;   // a waiter's __nanosleep grows to this: polls land late by up to it (was 1024)
     uint32_t token_system_fences = 0;   // post_token: system-scope fences on the critical path (before: 3; the gate's
                                         // release now precedes the host's copy)
@@ -74,6 +93,7 @@ struct KernelStructure {
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
 struct DeviceModel {
     std::string name;
+    double l1_load_ns = 0;         // one dependent global load served by L1
     double l2_load_ns = 0;         // one dependent global load served by L2
     double dram_load_ns = 0;       // one dependent global load that misses L2
     double byte_load_ns = 0;       // issue cost of one more LDG.E.U8 from a line already in L1

@@ -243,8 +243,13 @@ Graph PrefillBuilder::build() {
     const GemmTiling ff = gemm_tiling({d.d_ff}, mma_rows(plan_inputs_, gate), gate_up_row_bytes, 4ull * d.d_model, T, n_sms, [&](uint32_t tokens) {
         return rows_per_input_read(plan_inputs_, {gate, up}, tokens);
     });
-    // Query blocks: enough instructions for the SMs, causal work grows with the query's index.
-    const uint32_t q_parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, T), q_rows = (T + q_parts - 1) / q_parts;
+    // Query blocks: enough instructions for the SMs. Causal work grows with a query's index, so each instruction
+    // takes an early block and the matching late one: the chunk cut in `pieces`, piece i with piece pieces - 1 - i.
+    // Equal blocks alone left the last one twice the average (at position 0; Llama-3.2-1B's shape, T = 512 on 132
+    // SMs: queries [480, 512) over ~500 positions where [0, 32) read ~16), and a layer's attention waits for it.
+    const uint32_t q_parts = std::clamp<uint32_t>(n_sms / d.n_kv_heads, 1, std::max(1u, T / 2));
+    const uint32_t pieces = std::min(T, 2 * q_parts);
+    auto piece = [&](uint32_t i) { return uint32_t(uint64_t(T) * i / pieces); };  // where piece i begins
     for (uint32_t l = 0; l < model_.n_layers; ++l) {
         std::vector<uint32_t> g_attn(tp_), g_gate_up(tp_);
         for (uint32_t k = 0; k < tp_; ++k) {
@@ -263,10 +268,13 @@ Graph PrefillBuilder::build() {
             }
             g_attn[k] = group(name(k, fmt::format("attn.L{}", l)));
             for (uint32_t h = 0; h < d.n_kv_heads; ++h)
-                for (uint32_t j = 0; j < T; j += q_rows)
-                    add<AttnRowsOp>(k, AttnRowsArgs{L, h, j, std::min(q_rows, T - j), b.q, b.attn_out, d.head_dim,
-                                                    d.group_size(), T},
+                for (uint32_t i = 0; i < q_parts; ++i) {
+                    const uint32_t late = pieces - 1 - i;  // none where it is piece i itself (or an earlier one)
+                    const uint32_t q2 = late > i ? piece(late) : 0, n_q2 = late > i ? piece(late + 1) - piece(late) : 0;
+                    add<AttnRowsOp>(k, AttnRowsArgs{L, h, piece(i), piece(i + 1) - piece(i), b.q, b.attn_out, d.head_dim,
+                                                    d.group_size(), T, q2, n_q2},
                                     g_attn[k], {{g_qkv, Operand::kv_cache}});
+                }
         }
         const std::vector<uint32_t> g_o = projection(l, "o_proj", LayerWeight::wo, d.q_dim(), &PrefillBuffers::attn_out,
                                                      &PrefillBuffers::recv_o, g_attn);

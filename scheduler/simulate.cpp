@@ -25,7 +25,11 @@ Cost cost_at(const Schedule& s, const Instruction& ins, uint32_t position) {
     bool context = false;
     for (const Access& a : op.accesses(ins, s.dims)) context |= a.pos == PosMode::upto_pos;
     if (context) {
-        const double scale = (double(position) + 1.0) / kNominalContext;
+        // A prefill chunk's queries (T of them, the last at `position`) see from position + 2 - T to position + 1
+        // positions: (position + 1 - (T - 1) / 2) on average.
+        const double T = s.prefill_tokens;
+        const double visible = T > 1 ? std::max(double(position) + 1.0 - (T - 1.0) / 2.0, (T + 1.0) / 2.0) : position + 1.0;
+        const double scale = visible / kNominalContext;
         cost.activation_bytes = uint64_t(double(cost.activation_bytes) * scale);
         cost.flops = uint64_t(double(cost.flops) * scale);
     }

@@ -12,8 +12,9 @@
 namespace mk {
 
 struct SimOptions {
-    // The step's position: ops that read the KV cache up to pos (attention) cost in proportion to
-    // pos + 1 against the nominal 512-token context their cost() assumes.
+    // The step's last token's position: ops that read the KV cache up to pos (attention) cost in proportion to
+    // the positions they see against the nominal 512-token context their cost() assumes. A prefill chunk of T
+    // tokens ends there (starting at position + 1 - T, at 0 when that is negative): 511 is a 512-token prompt.
     uint32_t position = 511;
     // Tensor parallel: price the exchange at nothing — transfers take no time and a cross-rank signal is
     // seen after hop_ns, as if the ranks shared one GPU. The baseline summarize_exchange compares against.

@@ -164,7 +164,9 @@ void register_inspect(CLI::App& app) {
     cmd->add_option("schedule", o->file, "The .mks file")->required();
     cmd->add_option("--svg", o->svg, "Write a per-SM Gantt chart of the simulated step (SVG)");
     cmd->add_option("--trace", o->trace, "Write the simulated step as a Chrome/Perfetto trace (JSON)");
-    cmd->add_option("--position", o->position, "Token position the simulation assumes (attention cost grows with it)");
+    cmd->add_option("--position", o->position,
+                    "Token position the simulation assumes (attention cost grows with it); for a prefill schedule the "
+                    "chunk's last token's, so the default 511 prices a 512-token chunk from position 0");
     cmd->add_option("--cost", o->cost,
                     "Cost model: device (the resident CUDA interpreter, scheduler/device_cost.hpp) | ideal (bytes at "
                     "the SM's share of bandwidth) | auto (device unless the target is cpu)")

@@ -17,7 +17,57 @@ struct AttnRowsArgs {
     uint32_t head_dim;
     uint32_t group;     // query heads per KV head
     uint32_t n_tok;     // the compiled chunk size T
+    uint32_t q2_begin;  // a second block of queries, [q2_begin, q2_begin + n_q2), after the first; n_q2 0: none
+    uint32_t n_q2;
 };
+
+// An instruction's query blocks, in order: causal work grows with a query's index, so the scheduler pairs an early
+// block with a late one and every instruction of a chunk gets about the same positions to read.
+struct QueryBlock {
+    uint32_t begin, count;
+};
+MK_HOST_DEVICE inline QueryBlock attn_query_block(const AttnRowsArgs& a, uint32_t i) {
+    return i == 0 ? QueryBlock{a.q_begin, a.n_q} : QueryBlock{a.q2_begin, a.n_q2};
+}
+inline constexpr uint32_t kAttnQueryBlocks = 2;
+
+// How the device walks an instruction (attn_rows.cuh), which its cost model (scheduler/device_cost.cpp) follows: a
+// block's (query, head) pairs go kAttnRowsSlots to a warp, a round being one of each warp's loads; a round's visible
+// positions are staged in shared memory kAttnRowsBlockPositions at a time, K row t at t * k_pitch (odd: lane t's
+// loads of one dim fall in 32 different banks) and V row t at v_off + t * pass_dims; K and V at once where at least
+// kAttnRowsMinJointPositions fit (two barriers a block), else in turn in the same floats (four): head_dim 64 stages
+// 31 positions at once in the H200's 16 KiB, head_dim 128 31 in turn.
+inline constexpr uint32_t kAttnRowsSlots = 4;
+inline constexpr uint32_t kAttnRowsBlockPositions = 32;
+inline constexpr uint32_t kAttnRowsMinJointPositions = 24;
+struct AttnRowsStage {
+    uint32_t positions, k_pitch, v_off;
+    bool joint;
+};
+MK_HOST_DEVICE inline AttnRowsStage attn_rows_stage(uint32_t head_dim, uint32_t pass_dims, uint32_t scratch_floats) {
+    const uint32_t k_pitch = head_dim | 1, joint = scratch_floats / (k_pitch + pass_dims);
+    if (joint >= kAttnRowsMinJointPositions) {
+        const uint32_t positions = joint < kAttnRowsBlockPositions ? joint : kAttnRowsBlockPositions;
+        return {positions, k_pitch, positions * k_pitch, true};
+    }
+    const uint32_t positions = scratch_floats / k_pitch;
+    return {positions < kAttnRowsBlockPositions ? positions : kAttnRowsBlockPositions, k_pitch, 0, false};
+}
+// The staging's values a lane loads before it stores them (attn_rows.cuh's stage_rows): 32 x lane_dims columns of
+// this many rows, 8 values (more spilled in the interpreter).
+MK_HOST_DEVICE constexpr uint32_t attn_rows_stage_rows(uint32_t lane_dims) { return lane_dims >= 8 ? 1 : 8 / lane_dims; }
+// Whether the device prefetches a block's K and V rows into L1 during the block before: where both fit in 20 KiB of
+// the ~28 KiB of L1 the resident kernel leaves beside 13 pages (the slots' q broadcasts take the rest): head_dim 64
+// with an fp32 cache (15.5 KiB for 31 positions), not 128 (31 KiB).
+inline constexpr uint32_t kAttnRowsPrefetchBytes = 20 * 1024;
+MK_HOST_DEVICE inline bool attn_rows_prefetched(uint32_t rows, uint32_t head_dim, uint32_t element_bytes) {
+    return 2ull * rows * head_dim * element_bytes <= kAttnRowsPrefetchBytes;
+}
+// A lane's output accumulators per slot (the head's dims a pass covers: 32 times as many): only as many as the head
+// needs, as predicated-off multiply-adds still issue.
+MK_HOST_DEVICE inline uint32_t attn_rows_lane_dims(uint32_t head_dim) {
+    return head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
+}
 
 struct AttnRowsOp {
     static constexpr Opcode opcode = Opcode::attn_rows;
@@ -26,16 +76,21 @@ struct AttnRowsOp {
     static std::vector<Access> accesses(const Instruction& ins, const ModelDims& dims) {
         auto a = decode_args<AttnRowsArgs>(ins);
         if (a.kv_head >= dims.n_kv_heads || uint64_t(a.kv_head + 1) * a.group > dims.n_heads ||
-            uint64_t(a.q_begin) + a.n_q > a.n_tok)
+            uint64_t(a.q_begin) + a.n_q > a.n_tok || (a.n_q2 && (a.q2_begin < a.q_begin + a.n_q ||
+                                                                   uint64_t(a.q2_begin) + a.n_q2 > a.n_tok)))
             fail_args(a, dims);
         const uint64_t slot = uint64_t(a.layer) * dims.kv_dim() + uint64_t(a.kv_head) * a.head_dim;
         std::vector<Access> out{{Space::k_cache, slot, slot + a.head_dim, false, PosMode::upto_pos, a.n_tok},
                                 {Space::v_cache, slot, slot + a.head_dim, false, PosMode::upto_pos, a.n_tok}};
         const uint32_t q_dim = dims.q_dim(), h0 = a.kv_head * a.group * a.head_dim, width = a.group * a.head_dim;
-        for (uint32_t j = a.q_begin; j < a.q_begin + a.n_q; ++j) {
-            const uint64_t q = a.q_off + 4ull * (uint64_t(j) * q_dim + h0), o = a.out_off + 4ull * (uint64_t(j) * q_dim + h0);
-            out.push_back({Space::arena, q, q + 4ull * width, false});
-            out.push_back({Space::arena, o, o + 4ull * width, true});
+        for (uint32_t b = 0; b < kAttnQueryBlocks; ++b) {
+            const QueryBlock block = attn_query_block(a, b);
+            for (uint32_t j = block.begin; j < block.begin + block.count; ++j) {
+                const uint64_t q = a.q_off + 4ull * (uint64_t(j) * q_dim + h0);
+                const uint64_t o = a.out_off + 4ull * (uint64_t(j) * q_dim + h0);
+                out.push_back({Space::arena, q, q + 4ull * width, false});
+                out.push_back({Space::arena, o, o + 4ull * width, true});
+            }
         }
         return out;
     }
@@ -45,7 +100,8 @@ struct AttnRowsOp {
     static Cost cost(const Instruction& ins, const ModelDims& dims, const WeightFormat*) {
         auto a = decode_args<AttnRowsArgs>(ins);
         const uint64_t positions = 512;
-        return {0, 2ull * dims.kv_bytes() * positions * a.head_dim, 4 * positions * a.head_dim * a.group * a.n_q};
+        const uint64_t queries = a.n_q + a.n_q2;
+        return {0, 2ull * dims.kv_bytes() * positions * a.head_dim, 4 * positions * a.head_dim * a.group * queries};
     }
     static void run_cpu(const Instruction& ins, OpContext& ctx);
     static constexpr Tolerance tolerance{1e-5};

@@ -91,23 +91,29 @@ void AttnRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
 #endif
     thread_local std::vector<float> scores;
     scores.resize(size_t(ctx.step->pos) + n);
-    for (uint32_t j = a.q_begin; j < std::min(a.q_begin + a.n_q, n); ++j)
-        for (uint32_t g = 0; g < a.group; ++g) {
-            const size_t h = size_t(a.kv_head) * a.group + g;
-            attend(ctx.f32(a.q_off) + size_t(j) * q_dim + h * hd, keys, values, ctx.step->pos + int32_t(j) + 1, hd, scale,
-                   scores.data(), ctx.f32(a.out_off) + size_t(j) * q_dim + h * hd);
-        }
+    for (uint32_t b = 0; b < kAttnQueryBlocks; ++b) {
+        const QueryBlock block = attn_query_block(a, b);
+        for (uint32_t j = block.begin; j < std::min(block.begin + block.count, n); ++j)
+            for (uint32_t g = 0; g < a.group; ++g) {
+                const size_t h = size_t(a.kv_head) * a.group + g;
+                attend(ctx.f32(a.q_off) + size_t(j) * q_dim + h * hd, keys, values, ctx.step->pos + int32_t(j) + 1, hd,
+                       scale, scores.data(), ctx.f32(a.out_off) + size_t(j) * q_dim + h * hd);
+            }
+    }
 }
 
 std::string AttnRowsOp::describe(const Instruction& ins) {
     auto a = decode_args<AttnRowsArgs>(ins);
-    return fmt::format("attn_rows L{} kv{} queries [{}, {}) T={}", a.layer, a.kv_head, a.q_begin, a.q_begin + a.n_q,
-                       a.n_tok);
+    const std::string second = a.n_q2 ? fmt::format(" and [{}, {})", a.q2_begin, a.q2_begin + a.n_q2) : "";
+    return fmt::format("attn_rows L{} kv{} queries [{}, {}){} T={}", a.layer, a.kv_head, a.q_begin, a.q_begin + a.n_q,
+                       second, a.n_tok);
 }
 
 void AttnRowsOp::fail_args(const AttnRowsArgs& a, const ModelDims& dims) {
-    fail("attn_rows: kv head {} x group {}, queries [{}, {}) of {}: outside the model's {} heads, {} KV heads", a.kv_head,
-         a.group, a.q_begin, a.q_begin + a.n_q, a.n_tok, dims.n_heads, dims.n_kv_heads);
+    const std::string second = a.n_q2 ? fmt::format(" and [{}, {})", a.q2_begin, a.q2_begin + a.n_q2) : "";
+    fail("attn_rows: kv head {} x group {}, queries [{}, {}){} of {}: outside the model's {} heads, {} KV heads, or the "
+         "blocks out of order",
+         a.kv_head, a.group, a.q_begin, a.q_begin + a.n_q, second, a.n_tok, dims.n_heads, dims.n_kv_heads);
 }
 
 }  // namespace mk

@@ -14,7 +14,12 @@ std::vector<Expected> AttnRowsOp::reference(const Instruction& ins, const OpBuff
     const auto a = decode_args<AttnRowsArgs>(ins);
     const uint32_t n = step_tokens(b.step, a.n_tok), q_dim = b.dims.q_dim(), hd = a.head_dim;
     std::vector<Expected> out;
-    for (uint32_t j = a.q_begin; j < a.q_begin + a.n_q; ++j) {
+    std::vector<uint32_t> queries;
+    for (uint32_t b = 0; b < kAttnQueryBlocks; ++b) {
+        const QueryBlock block = attn_query_block(a, b);
+        for (uint32_t j = block.begin; j < block.begin + block.count; ++j) queries.push_back(j);
+    }
+    for (const uint32_t j : queries) {
         const uint64_t h0 = uint64_t(a.kv_head) * a.group;
         const uint64_t off = a.out_off + 4ull * (uint64_t(j) * q_dim + h0 * hd);
         std::vector<double> o = ref_f32(b, off, uint64_t(a.group) * hd);  // left as it is past the step's tokens
@@ -46,22 +51,36 @@ std::vector<Expected> AttnRowsOp::reference(const Instruction& ins, const OpBuff
 }
 
 std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
-    struct Shape { uint32_t kv_head, q_begin, n_q, n_tok, n; int32_t pos; };
+    // The device stages the visible positions in blocks of up to 32 and takes the (query, head) pairs 4 to a warp
+    // in rounds of its warps (attn_rows.cuh): the longer cases span several blocks and rounds, with a round's
+    // queries seeing different positions; head_dim 128 stages K and V in turn, 18 reads q one float at a time, 288
+    // takes two passes over the dims; the last two have a second, later query block (one cut short by the step).
+    struct Shape {
+        uint32_t n_heads, n_kv_heads, head_dim, kv_head, q_begin, n_q, n_tok, n;
+        int32_t pos;
+        uint32_t ctx, q2_begin = 0, n_q2 = 0;
+    };
     std::vector<OpCase> out;
     for (const KvType kv_type : {KvType::f32, KvType::bf16})
-    for (const Shape& s : {Shape{0, 0, 4, 4, 4, 0}, Shape{1, 2, 3, 6, 6, 7}, Shape{1, 3, 3, 6, 4, 11}}) {
-        const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = 6, .n_kv_heads = 2, .head_dim = 32,
-                             .kv_type = uint32_t(kv_type)};
+    for (const Shape& s : {Shape{6, 2, 32, 0, 0, 4, 4, 4, 0, 24}, Shape{6, 2, 32, 1, 2, 3, 6, 6, 7, 24},
+                           Shape{6, 2, 32, 1, 3, 3, 6, 4, 11, 24}, Shape{8, 2, 64, 1, 4, 40, 48, 47, 21, 72},
+                           Shape{6, 3, 128, 2, 0, 19, 19, 19, 30, 52}, Shape{4, 4, 18, 3, 1, 9, 12, 12, 33, 48},
+                           Shape{2, 1, 288, 0, 0, 3, 3, 3, 40, 44}, Shape{8, 2, 64, 0, 2, 9, 40, 37, 5, 48, 29, 9},
+                           Shape{6, 2, 32, 1, 0, 2, 8, 8, 0, 24, 6, 2}}) {
+        const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = s.n_heads, .n_kv_heads = s.n_kv_heads,
+                             .head_dim = s.head_dim, .kv_type = uint32_t(kv_type)};
         CaseBuilder c(dims, seed++);
-        c.caches(24);
+        c.caches(s.ctx);
         c.buffers().step.pos = s.pos;
         c.buffers().step.n_tokens = int32_t(s.n);
         const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim()), o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
-        out.push_back(c.finish(fmt::format("attn_rows kv{} queries [{}, {}) of {} tokens ({} run) at pos {}, {} cache",
-                                           s.kv_head, s.q_begin, s.q_begin + s.n_q, s.n_tok, s.n, s.pos,
-                                           kv_type_name(dims.kv_type)),
+        const std::string second = s.n_q2 ? fmt::format(" and [{}, {})", s.q2_begin, s.q2_begin + s.n_q2) : "";
+        out.push_back(c.finish(fmt::format("attn_rows head_dim {} group {} kv{} queries [{}, {}){} of {} tokens ({} run) "
+                                           "at pos {}, {} cache",
+                                           s.head_dim, dims.group_size(), s.kv_head, s.q_begin, s.q_begin + s.n_q,
+                                           second, s.n_tok, s.n, s.pos, kv_type_name(dims.kv_type)),
                                make_instruction<AttnRowsOp>({1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim,
-                                                             dims.group_size(), s.n_tok})));
+                                                             dims.group_size(), s.n_tok, s.q2_begin, s.n_q2})));
     }
     return out;
 }

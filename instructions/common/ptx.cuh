@@ -42,6 +42,7 @@ __device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t 
     ::mk_emu::bulk_copy_global_to_shared(dst, src, bytes, bar, where);
 }
 __device__ inline void prefetch_l2(const void* src, uint32_t bytes MK_WHERE) { ::mk_emu::prefetch_l2(src, bytes, where); }
+__device__ inline void prefetch_l1(const void* p MK_WHERE) { ::mk_emu::prefetch_l1(p, where); }
 // D = A * B + C for the warp: A 16 x 16 (row), B 16 x 8 (col), bf16 or f16 in, f32 accumulate; fragments as the
 // PTX ISA lays them out (mk_emu/mma.hpp spells the layout). The whole warp calls it.
 __device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
@@ -113,6 +114,8 @@ __device__ inline void bulk_copy_to_shared(void* dst, const void* src, uint32_t 
 __device__ inline void prefetch_l2(const void* src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
+// The line holding p into the SM's L1 (a hint: nothing waits for it).
+__device__ inline void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 // D = A * B + C for the warp (tensor cores, sm_80+): fragments as the PTX ISA lays them out (mk_emu/mma.hpp).
 __device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                          const float (&c)[4]) {

@@ -334,6 +334,13 @@ void prefetch_l2(const void* src, uint32_t bytes, Where where) {
         fault(at + "[" + engine().describe(src) + ", +" + std::to_string(bytes) + ") is not inside one allocation");
 }
 
+void prefetch_l1(const void* p, Where where) {
+    // The hardware takes a hint anywhere in the global window; an address outside every allocation is a bug here.
+    uintptr_t base = 0;
+    if (!engine().find(p, &base))
+        fault("prefetch.global.L1 at " + where_text(where) + ": " + engine().describe(p) + " is not in an allocation");
+}
+
 // ---- programmatic dependent launch ----
 
 // A block releases the stream's next programmatic kernel at its first launch_dependents (or when it exits): the

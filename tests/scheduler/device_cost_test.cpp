@@ -2,6 +2,7 @@
 // the serial per-instruction path, the poll overshoot, the step boundary, and the simulator using them.
 #include <catch2/catch.hpp>
 
+#include "instructions/attn_rows/attn_rows.hpp"
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
 #include "instructions/matmul_add/matmul_add.hpp"
@@ -171,6 +172,49 @@ TEST_CASE("device cost: attention trips by the kernel's structure", "[cpu]") {
     // The loader prefetched the rows: the 8 rounds hit L2 (100 each).
     m.code.attn_kv_prefetched = true;
     CHECK(device_instruction_time(s, ins, 13, m).consume_ns == Approx(8 * 100.0 + 84.0 + 10.0 + 20.0));
+}
+
+// attn_rows as attn_rows.cuh runs it: 2 warps, head_dim 32 (2 accumulators a lane: one pass), two queries of a
+// 2-token chunk whose last token is at position 40 (the chunk starts at 39: the queries see 40 and 41 positions),
+// one query head per KV head. Issue 4 instructions/ns for the SM (1 for a warp); L2 1,000 bytes/ns per SM, so a
+// block's staging is its dependent load rounds (100 each from L2): a lane loads 4 of its warp's rows (of 32 columns)
+// before storing them, so 32 rows on 2 warps are 4 rounds for K and 4 for V, 9 rows 2 and 2.
+TEST_CASE("device cost: prefill attention's staged blocks", "[cpu]") {
+    Schedule s = tiny_schedule(2, 1);
+    DeviceModel m = round_model();
+    m.sm_issue_per_ns = 4.0;
+    m.l2_gbs = 2000.0;
+    m.l1_load_ns = 5.0;
+    m.code.consumer_warps = 2;
+    m.code.scratch_floats = 10000;  // K (pitch 33) and V (32) of 32 positions at once: two barriers a block
+    m.code.attn_rows_prefetch = false;
+    const Instruction one_block = make_instruction<AttnRowsOp>(AttnRowsArgs{0, 0, 0, 2, 0, 0, 32, 1, 2, 0, 0});
+    // One round (2 pairs, one warp's 4 slots), positions [0, 32) and [32, 41). A busy warp's block: scores 32 x 6,
+    // 4 slots' softmax 4 x (30 + 2), per key 6 + 5 x 2 = 16; with the staging's 4 per 32 elements of K and V, under
+    // 4 x one warp's: one busy warp's issue bounds a block.
+    const double warp0 = 32 * 6 + 4 * 32 + 32 * 16, warp1 = 32 * 6 + 4 * 32 + 9 * 16;  // 832, 464
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(warp0 + 820.0 + warp1 + 420.0));
+    // Less room: K then V in turn (the same rounds, four barriers a block).
+    m.code.scratch_floats = 1100;
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(warp0 + 840.0 + warp1 + 440.0));
+    // The queries as an early and a late block: two rounds, the first over 40 positions ([32, 40): 8 keys, 1 + 1
+    // load rounds).
+    m.code.scratch_floats = 10000;
+    const Instruction two_blocks = make_instruction<AttnRowsOp>(AttnRowsArgs{0, 0, 0, 1, 0, 0, 32, 1, 2, 1, 1});
+    const double warp1_early = 32 * 6 + 4 * 32 + 8 * 16;
+    CHECK(device_instruction_time(s, two_blocks, 40, m).consume_ns ==
+          Approx(warp0 + 820.0 + warp1_early + 220.0 + warp0 + 820.0 + warp1 + 420.0));
+    // A 2-token chunk ending at position 1 starts at 0: one block of 2 positions (the second query's), 1 + 1 rounds.
+    CHECK(device_instruction_time(s, one_block, 1, m).consume_ns == Approx(32 * 6 + 4 * 32 + 2 * 16 + 220.0));
+    // The second block prefetched into L1 during the first: its 4 load rounds at 5 ns, its 9 x 64 x 4 bytes (2.3 ns)
+    // streamed while the first computed.
+    m.code.attn_rows_prefetch = true;
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(warp0 + 820.0 + warp1 + 40.0));
+    // At 1 byte/ns the bytes bound both: 8,192 ns for the first block; the second's 2,304 take 1,472 beyond the
+    // first's 832 of compute.
+    m.l2_gbs = 2.0;
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns ==
+          Approx(warp0 + 32 * 64 * 4 + 20.0 + (9 * 64 * 4 - warp0) + warp1 + 20.0));
 }
 
 TEST_CASE("device cost: which prefill matmuls run on tensor cores", "[cpu]") {

@@ -59,6 +59,7 @@ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, Where where = Wher
 void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
                                 Where where = Where::current());
 void prefetch_l2(const void* src, uint32_t bytes, Where where = Where::current());
+void prefetch_l1(const void* p, Where where = Where::current());  // a fault unless p is in a device allocation
 // Programmatic dependent launch: this block lets the stream's next (programmatic) kernel start; and a wait,
 // in a kernel so launched, until the kernel before it has ended (its memory visible).
 void griddep_launch_dependents(Where where = Where::current());

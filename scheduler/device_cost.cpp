@@ -186,6 +186,7 @@ double attn_rows_ns(const Schedule& s, const Instruction& ins, uint32_t start, c
     const uint32_t per_round = warps * kAttnRowsSlots;
     const double l2_bytes_per_ns = (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / s.target.n_sms;
     const double warp_issue_per_ns = m.sm_issue_per_ns / 4;  // one scheduler's
+    const double per_key = c.attn_rows_key_instructions + c.attn_rows_key_per_lane_dim * lane_dims;
     double ns = 0.0;
     for (uint32_t d0 = 0; d0 < hd; d0 += 32 * lane_dims) {
         const uint32_t dims = std::min(32 * lane_dims, hd - d0);
@@ -217,7 +218,6 @@ double attn_rows_ns(const Schedule& s, const Instruction& ins, uint32_t start, c
                     for (const uint32_t v : visible) {
                         if (v <= base) continue;
                         const double keys = std::min(rows, v - base);
-                        const double per_key = c.attn_rows_key_instructions + c.attn_rows_key_per_lane_dim * lane_dims;
                         const double warp = double(hd) * c.attn_rows_score_per_dim +
                                             kAttnRowsSlots * double(c.attn_rows_softmax_per_slot + lane_dims) +
                                             keys * per_key;

@@ -66,7 +66,7 @@ struct AttnRowsDevice {
     static __device__ void prefetch_block(const DeviceOpContext& ctx, uint64_t head_off, int32_t next, int32_t span,
                                           uint32_t positions, uint32_t head_dim, const Team& team) {
         if (next >= span) return;
-        const uint32_t element = ctx.dims.kv_type == uint32_t(KvType::bf16) ? 2 : 4;
+        const uint32_t element = ctx.dims.kv_bytes();
         const uint32_t rows = min(positions, uint32_t(span - next));
         if (!attn_rows_prefetched(rows, head_dim, element)) return;
         const uint64_t first = (head_off + uint64_t(next) * head_dim) * element;
@@ -91,9 +91,9 @@ struct AttnRowsDevice {
         // q as 16-byte broadcasts where every head's row starts 16-byte aligned, else one float at a time.
         const bool q_vec = hd % 4 == 0 && a.q_off % 16 == 0;
         for (uint32_t d0 = 0; d0 < hd; d0 += 32 * kDims) {
+            const uint32_t dims = min(32 * kDims, hd - d0);
+            const AttnRowsStage st = attn_rows_stage(hd, dims, ctx.scratch_floats);
             for (uint32_t b = 0; b < kAttnQueryBlocks; ++b) {
-                const uint32_t dims = min(32 * kDims, hd - d0);
-                const AttnRowsStage st = attn_rows_stage(hd, dims, ctx.scratch_floats);
                 const QueryBlock block = attn_query_block(a, b);
                 const uint32_t q_end = min(block.begin + block.count, n);
                 const uint32_t pairs = q_end > block.begin ? (q_end - block.begin) * a.group : 0;

@@ -30,6 +30,8 @@ MK_HOST_DEVICE inline QueryBlock attn_query_block(const AttnRowsArgs& a, uint32_
     return i == 0 ? QueryBlock{a.q_begin, a.n_q} : QueryBlock{a.q2_begin, a.n_q2};
 }
 inline constexpr uint32_t kAttnQueryBlocks = 2;
+// "[q_begin, q_begin + n_q)", and " and [...)" for a second block: how describe, errors and test cases name them.
+std::string attn_query_blocks_text(const AttnRowsArgs& a);
 
 // How the device walks an instruction (attn_rows.cuh), which its cost model (scheduler/device_cost.cpp) follows: a
 // block's (query, head) pairs go kAttnRowsSlots to a warp, a round being one of each warp's loads; a round's visible
@@ -55,7 +57,9 @@ MK_HOST_DEVICE inline AttnRowsStage attn_rows_stage(uint32_t head_dim, uint32_t 
 }
 // The staging's values a lane loads before it stores them (attn_rows.cuh's stage_rows): 32 x lane_dims columns of
 // this many rows, 8 values (more spilled in the interpreter).
-MK_HOST_DEVICE constexpr uint32_t attn_rows_stage_rows(uint32_t lane_dims) { return lane_dims >= 8 ? 1 : 8 / lane_dims; }
+MK_HOST_DEVICE constexpr uint32_t attn_rows_stage_rows(uint32_t lane_dims) {
+    return lane_dims >= 8 ? 1 : 8 / lane_dims;
+}
 // Whether the device prefetches a block's K and V rows into L1 during the block before: where both fit in 20 KiB of
 // the ~28 KiB of L1 the resident kernel leaves beside 13 pages (the slots' q broadcasts take the rest): head_dim 64
 // with an fp32 cache (15.5 KiB for 31 positions), not 128 (31 KiB).

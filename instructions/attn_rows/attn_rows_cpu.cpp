@@ -102,18 +102,20 @@ void AttnRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     }
 }
 
+std::string attn_query_blocks_text(const AttnRowsArgs& a) {
+    const std::string first = fmt::format("[{}, {})", a.q_begin, a.q_begin + a.n_q);
+    return a.n_q2 ? fmt::format("{} and [{}, {})", first, a.q2_begin, a.q2_begin + a.n_q2) : first;
+}
+
 std::string AttnRowsOp::describe(const Instruction& ins) {
     auto a = decode_args<AttnRowsArgs>(ins);
-    const std::string second = a.n_q2 ? fmt::format(" and [{}, {})", a.q2_begin, a.q2_begin + a.n_q2) : "";
-    return fmt::format("attn_rows L{} kv{} queries [{}, {}){} T={}", a.layer, a.kv_head, a.q_begin, a.q_begin + a.n_q,
-                       second, a.n_tok);
+    return fmt::format("attn_rows L{} kv{} queries {} T={}", a.layer, a.kv_head, attn_query_blocks_text(a), a.n_tok);
 }
 
 void AttnRowsOp::fail_args(const AttnRowsArgs& a, const ModelDims& dims) {
-    const std::string second = a.n_q2 ? fmt::format(" and [{}, {})", a.q2_begin, a.q2_begin + a.n_q2) : "";
-    fail("attn_rows: kv head {} x group {}, queries [{}, {}){} of {}: outside the model's {} heads, {} KV heads, or the "
-         "blocks out of order",
-         a.kv_head, a.group, a.q_begin, a.q_begin + a.n_q, second, a.n_tok, dims.n_heads, dims.n_kv_heads);
+    fail("attn_rows: kv head {} x group {}, queries {} of {}: outside the model's {} heads, {} KV heads, or the blocks "
+         "out of order",
+         a.kv_head, a.group, attn_query_blocks_text(a), a.n_tok, dims.n_heads, dims.n_kv_heads);
 }
 
 }  // namespace mk

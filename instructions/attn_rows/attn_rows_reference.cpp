@@ -74,13 +74,13 @@ std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
         c.buffers().step.pos = s.pos;
         c.buffers().step.n_tokens = int32_t(s.n);
         const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim()), o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
-        const std::string second = s.n_q2 ? fmt::format(" and [{}, {})", s.q2_begin, s.q2_begin + s.n_q2) : "";
-        out.push_back(c.finish(fmt::format("attn_rows head_dim {} group {} kv{} queries [{}, {}){} of {} tokens ({} run) "
+        const AttnRowsArgs args{1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim, dims.group_size(), s.n_tok,
+                                s.q2_begin, s.n_q2};
+        out.push_back(c.finish(fmt::format("attn_rows head_dim {} group {} kv{} queries {} of {} tokens ({} run) "
                                            "at pos {}, {} cache",
-                                           s.head_dim, dims.group_size(), s.kv_head, s.q_begin, s.q_begin + s.n_q,
-                                           second, s.n_tok, s.n, s.pos, kv_type_name(dims.kv_type)),
-                               make_instruction<AttnRowsOp>({1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim,
-                                                             dims.group_size(), s.n_tok, s.q2_begin, s.n_q2})));
+                                           s.head_dim, dims.group_size(), s.kv_head, attn_query_blocks_text(args),
+                                           s.n_tok, s.n, s.pos, kv_type_name(dims.kv_type)),
+                               make_instruction<AttnRowsOp>(args)));
     }
     return out;
 }

@@ -242,6 +242,67 @@ double attn_rows_ns(const Schedule& s, const Instruction& ins, uint32_t start, c
     return ns;
 }
 
+// attn_rows on tensor cores (attn_rows_mma.cuh), the chunk starting at `start`: rounds of a tile of 16 (query, head)
+// pairs a warp (both query blocks' pairs in one list: attn_mma_pairs), each round walking its visible positions in
+// staged blocks of 16. A block costs its staging (two dependent load rounds from L2, or from L1 when prefetched; its
+// bytes at the SM's L2 share where they take longer, a prefetched block's beyond the block before's compute), its
+// busy warps' work (at the SM's issue rate, one warp's, or the tensor cores': the SM's, or a quarter of them for one
+// warp's MMAs) and two barriers.
+struct AttnRowsMmaWork {
+    double ns = 0;
+    uint64_t tensor_flops = 0;  // the MMAs issued
+};
+AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, uint32_t start, const AttnMmaStage& st,
+                                   const DeviceModel& m) {
+    const KernelStructure& c = m.code;
+    const auto a = decode_args<AttnRowsArgs>(ins);
+    const uint32_t hd = a.head_dim, steps = hd / 16, per_round = c.consumer_warps * kAttnMmaTile;
+    const uint32_t mmas = 4 * steps * (1 + st.halves);  // S: 2 tiles x steps; P V: 2 steps tiles x 1 k-step
+    const double warp_block = c.attn_mma_block_instructions + hd / 2.0 + 8.0 * steps * st.halves + mmas;
+    const double stage = double(kAttnMmaBlockPositions) * hd / 2 / 32 * 2 *
+                         (c.attn_mma_stage_item + (st.halves == 2 ? c.attn_mma_stage_split : 0));
+    const uint64_t warp_flops = uint64_t(mmas) * 2 * 16 * 8 * 16;
+    const double l2_bytes_per_ns = (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / s.target.n_sms;
+    const double warp_issue_per_ns = m.sm_issue_per_ns / 4;  // one scheduler's
+    const double bytes_ns = 2.0 * kAttnMmaBlockPositions * hd * s.dims.kv_bytes() / l2_bytes_per_ns;
+    const bool prefetch = c.attn_rows_prefetch && attn_rows_prefetched(kAttnMmaBlockPositions, hd, s.dims.kv_bytes());
+    AttnRowsMmaWork w;
+    const AttnMmaPairs list = attn_mma_pairs(a, a.n_tok);
+    const uint32_t pairs = list.count();
+    for (uint32_t round = 0; round < pairs; round += per_round) {
+        const uint32_t last = std::min(pairs, round + per_round) - 1;
+        const uint32_t span = start + list.last_query(round, last) + 1;
+        std::vector<uint32_t> visible;  // each busy warp's latest query's
+        for (uint32_t p0 = round; p0 <= last; p0 += kAttnMmaTile)
+            visible.push_back(start + list.last_query(p0, std::min(p0 + kAttnMmaTile - 1, last)) + 1);
+        double last_compute_ns = 0.0;
+        for (uint32_t base = 0; base < span; base += kAttnMmaBlockPositions) {
+            const auto busy =
+                double(std::count_if(visible.begin(), visible.end(), [&](uint32_t v) { return v > base; }));
+            const double tensor = m.sm_tensor_gflops;  // flops a ns
+            const double compute_ns = std::max({(stage + busy * warp_block) / m.sm_issue_per_ns,
+                                                busy > 0 ? warp_block / warp_issue_per_ns : 0.0,
+                                                tensor > 0 ? busy * warp_flops / tensor : 0.0,
+                                                tensor > 0 && busy > 0 ? 4.0 * warp_flops / tensor : 0.0});
+            if (prefetch && base > 0)
+                w.ns += std::max(c.attn_mma_stage_load_rounds * m.l1_load_ns, bytes_ns - last_compute_ns);
+            else
+                w.ns += std::max(c.attn_mma_stage_load_rounds * m.l2_load_ns, bytes_ns);
+            w.ns += compute_ns + 2 * m.barrier_ns;
+            w.tensor_flops += uint64_t(busy) * warp_flops;
+            last_compute_ns = compute_ns;
+        }
+    }
+    return w;
+}
+
+// Which path attn_rows.cuh takes for this model's heads and cache, as the device decides it.
+AttnMmaStage attn_rows_mma_stage_of(const Schedule& s, const Instruction& ins, const KernelStructure& c) {
+    if (!c.attn_rows_mma) return {};
+    return attn_rows_mma_stage(decode_args<AttnRowsArgs>(ins).head_dim, s.dims.kv_type == uint32_t(KvType::bf16),
+                               c.scratch_floats);
+}
+
 }  // namespace
 
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m) {
@@ -315,8 +376,9 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
     } else if (name == "attn_rows") {
         // `position` is the step's last token's: a chunk of T tokens starts T - 1 before it (at 0 for a prompt's
         // first chunk under the default 511 and T = 512).
-        const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
-        t.consume_ns = attn_rows_ns(s, ins, position + 1 > T ? position + 1 - T : 0, m);
+        const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok, start = position + 1 > T ? position + 1 - T : 0;
+        const AttnMmaStage st = attn_rows_mma_stage_of(s, ins, c);
+        t.consume_ns = st.used ? attn_rows_mma_work(s, ins, start, st, m).ns : attn_rows_ns(s, ins, start, m);
     } else {
         // Small ops (embed, attn_reduce, sample, reduce_add, transfer): their bytes at the SM's share,
         // at least one dependent load, and the flops at the SM's rate.
@@ -333,12 +395,21 @@ const char* PrefillBounds::bound() const {
     return names[std::max_element(parts, parts + 5) - parts];
 }
 
-PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m) {
+PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t position) {
     PrefillBounds b;
     for (const auto& stream : s.streams)
         for (const Instruction& ins : stream) {
             const OpInfo& op = op_info(ins.opcode);
             const Cost cost = op.cost(ins, s.dims, s.weights.data());
+            const AttnMmaStage st = ins.opcode == uint16_t(Opcode::attn_rows) ? attn_rows_mma_stage_of(s, ins, m.code)
+                                                                    : AttnMmaStage{};
+            if (st.used && m.sm_tensor_gflops > 0) {  // attention's K/V from DRAM, its dots on tensor cores
+                const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
+                b.dram_bytes += cost.weight_bytes + cost.activation_bytes;
+                const uint32_t start = position + 1 > T ? position + 1 - T : 0;
+                b.tensor_flops += attn_rows_mma_work(s, ins, start, st, m).tensor_flops;
+                continue;
+            }
             if (!cost.token_columns) {  // the other ops: their bytes from DRAM, flops on CUDA cores
                 b.dram_bytes += cost.weight_bytes + cost.activation_bytes;
                 b.other_flops += cost.flops;

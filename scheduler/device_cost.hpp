@@ -52,6 +52,19 @@ struct KernelStructure {
     // rows fit (attn_rows_prefetched): its bytes stream while that block computes, and its staging's load rounds hit
     // L1 (before: round trips to L2 a block).
     bool attn_rows_prefetch = true;
+    // attn_rows on tensor cores (attn_rows_mma.cuh: head_dim a multiple of 16 up to 64): 16 (query, head) pairs a
+    // warp, blocks of 16 positions. Per block a busy warp issues S's and P V's MMAs (4 x head_dim / 16 x (1 + the
+    // cache's halves)), their fragments' LDS (8 x head_dim / 16 x halves), the O rescale (head_dim / 2 FMUL) and
+    // ~220 more: its 8 S values a lane (mask, scale, max, expf, sum: ~17 each), its 2 rows' shuffles and
+    // corrections (~20 each), P's split into bf16 halves (24), the loop. The staging over the team: per item (two
+    // values of K along the dims or of V along the positions), ~11 instructions (addresses, load, stores), and 8
+    // more to split an fp32 cache's pair into bf16 halves; K and V in two dependent load rounds. (Before: the
+    // CUDA-core path above, which stays for other heads.)
+    bool attn_rows_mma = true;
+    uint32_t attn_mma_block_instructions = 220;
+    uint32_t attn_mma_stage_item = 11;
+    uint32_t attn_mma_stage_split = 8;
+    uint32_t attn_mma_stage_load_rounds = 2;
     // The resident kernel's team scratch on the H200, in floats: what 227 KiB leave beside 13 pages of 16 KiB and the
     // kernel's state and queue (matvec_input_smem_cols is this less 1,024 for reductions).
     uint32_t scratch_floats = 4076;
@@ -142,14 +155,15 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
 // the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
 // warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe, plus the
-// block formats' staging barriers) and the other flops.
+// block formats' staging barriers) and the other flops. Attention on tensor cores counts its MMAs with the rows'; its
+// work depends on `position`, the step's last token's (as device_instruction_time's).
 struct PrefillBounds {
     uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, mma_conversions = 0, other_flops = 0;
     uint64_t team_barriers = 0;
     double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0;
     const char* bound() const;  // the largest part's name
 };
-PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m);
+PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t position = 511);
 
 // How long a poll that met its target after `waited_ns` of waiting lands late (half the back-off reached).
 double device_poll_overshoot_ns(double waited_ns, const DeviceModel& m);

@@ -90,7 +90,7 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
         for (const TileShape& t : device_tile_shapes(s, *options.device))
             fmt::print("{:<28} {:>13} {:>7} {:>9} of {}\n", t.weight, t.rows_per_tile, t.tiles, t.warps_busy, t.warps);
         if (s.prefill_tokens) {  // what bounds a prefill step: every SM streaming, or every SM's math units busy
-            const PrefillBounds b = prefill_bounds(s, *options.device);
+            const PrefillBounds b = prefill_bounds(s, *options.device, options.position);
             const double n = double(s.streams.size());
             fmt::print("prefill bounds (ms, all SMs at once): DRAM {:.3f} ({:.2f} GB at {:.0f} GB/s), L2 {:.3f} ({:.2f} GB "
                        "at {:.0f} GB/s: later token blocks' rows, activations as read), tensor-core flops {:.3f} ({:.2f} "

@@ -1,5 +1,6 @@
-// attn_rows on the device: the team walks the visible positions in blocks of up to 32, staging each block's K and
-// V rows in shared memory once, and every warp's 4 (query, head) slots read them there (attn_rows.hpp's
+// attn_rows on the device. Heads of a multiple of 16 up to 64 dims take tensor cores (attn_rows_mma.cuh); for the
+// others, this file's CUDA-core path: the team walks the visible positions in blocks of up to 32, staging each
+// block's K and V rows in shared memory once, and every warp's 4 (query, head) slots read them there (attn_rows.hpp's
 // attn_rows_stage). Before, each query and head read its own K and V rows from global memory, a lane per position
 // loading its K row 4 bytes at a time (32 cache lines a load) through an L1 of ~28 KiB beside 13 pages: ~128 KiB a
 // (query, head) at 256 positions, 34 GB for a 512-token chunk of the Llama-3.2-1B shape.
@@ -12,7 +13,7 @@
 // a pass's dims (32 a lane's accumulators) takes passes over them, each recomputing the scores.
 #pragma once
 #include "instructions/attn_rows/attn_rows.hpp"
-#include "instructions/common/rows_math.cuh"
+#include "instructions/attn_rows/attn_rows_mma.cuh"
 
 namespace mk {
 
@@ -20,6 +21,9 @@ struct AttnRowsDevice {
     template <class Tiles>
     static __device__ void run(const Instruction& ins, const DeviceOpContext& ctx, const Team& team, Tiles&) {
         const auto a = decode_args<AttnRowsArgs>(ins);
+        const AttnMmaStage st =
+            attn_rows_mma_stage(a.head_dim, ctx.dims.kv_type == uint32_t(KvType::bf16), ctx.scratch_floats);
+        if (st.used) return AttnRowsMma::run(a, ctx, team, st);
         const uint32_t lane_dims = attn_rows_lane_dims(a.head_dim);
         if (lane_dims == 2) return run_dims<2>(a, ctx, team);
         if (lane_dims == 4) return run_dims<4>(a, ctx, team);
@@ -58,26 +62,6 @@ struct AttnRowsDevice {
                         if (t < rows && d < dims) stage[t * pitch + d] = x[r][k];
                     }
             }
-    }
-
-    // The next block's K and V rows (contiguous in the cache) into L1 while this one is computed, a line a thread,
-    // where both fit beside the q broadcasts (attn_rows_prefetched): its staging then hits L1 instead of waiting
-    // round trips to L2.
-    static __device__ void prefetch_block(const DeviceOpContext& ctx, uint64_t head_off, int32_t next, int32_t span,
-                                          uint32_t positions, uint32_t head_dim, const Team& team) {
-        if (next >= span) return;
-        const uint32_t element = ctx.dims.kv_bytes();
-        const uint32_t rows = min(positions, uint32_t(span - next));
-        if (!attn_rows_prefetched(rows, head_dim, element)) return;
-        const uint64_t first = (head_off + uint64_t(next) * head_dim) * element;
-        const uint64_t bytes = uint64_t(rows) * head_dim * element;
-        const uint8_t* caches[2] = {static_cast<const uint8_t*>(ctx.k_cache), static_cast<const uint8_t*>(ctx.v_cache)};
-        for (const uint8_t* cache : caches) {
-            // Every 128-byte line the range touches, each by an address inside the range.
-            const uintptr_t begin = reinterpret_cast<uintptr_t>(cache + first), end = begin + bytes;
-            for (uintptr_t line = (begin & ~uintptr_t(127)) + 128 * team.rank; line < end; line += 128 * team.size)
-                ptx::prefetch_l1(reinterpret_cast<const void*>(line < begin ? begin : line));
-        }
     }
 
     template <uint32_t kDims>
@@ -131,7 +115,8 @@ struct AttnRowsDevice {
                             stage_rows<kDims>(ctx, ctx.v_cache, head_off, uint32_t(base), rows, hd, d0, dims,
                                               stage + st.v_off, dims, team);
                         team.sync();
-                        prefetch_block(ctx, head_off, base + int32_t(st.positions), span, st.positions, hd, team);
+                        attn_rows_prefetch_block(ctx, head_off, base + int32_t(st.positions), span, st.positions, hd,
+                                                 team);
                         const bool busy = base < warp_visible;  // the same for the whole warp
                         float p[kAttnRowsSlots];
                         if (busy) {

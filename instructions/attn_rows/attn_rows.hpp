@@ -73,6 +73,60 @@ MK_HOST_DEVICE inline uint32_t attn_rows_lane_dims(uint32_t head_dim) {
     return head_dim <= 64 ? 2 : head_dim <= 128 ? 4 : 8;
 }
 
+// The tensor-core path (attn_rows_mma.cuh), for head_dim a multiple of 16 up to 64: a warp takes a tile of 16
+// (query, head) pairs, S = Q K^T and O += P V as mma.sync m16n8k16 on bf16 halves, over blocks of 16 positions (one
+// k-step of P V; 32 held 8 more registers, and the interpreter kernel spilled). The team stages a block's K rows as
+// bf16 pairs along the dims (K[t][2w], K[t][2w+1] in word t * kAttnMmaKPitch + w) and V transposed, as pairs along
+// the positions (V[2u][d], V[2u+1][d] in word v_off + d * kAttnMmaVPitch + u), both at once (two barriers a block),
+// an fp32 cache as hi words then lo words (halves: 2), a bf16 one as it is (1): 10.5 KiB at head_dim 64 in fp32.
+// Pitches of 4 mod 8 words: the fragments' loads (8 rows x 4 words) fall in 32 banks; fixed, so a lane's fragment
+// addresses are one register plus immediates (per-head pitches held ~40 address registers across the block loop).
+// A wider head stays on the CUDA cores: its q and O fragments alone would hold 128 registers a lane.
+inline constexpr uint32_t kAttnMmaTile = 16;            // pairs a warp carries
+inline constexpr uint32_t kAttnMmaBlockPositions = 16;  // positions a staged block holds
+inline constexpr uint32_t kAttnMmaMaxHeadDim = 64;
+inline constexpr uint32_t kAttnMmaKPitch = kAttnMmaMaxHeadDim / 2 + 4;      // words
+inline constexpr uint32_t kAttnMmaVPitch = kAttnMmaBlockPositions / 2 + 4;  // words
+struct AttnMmaStage {
+    bool used = false;  // false: the head or the scratch does not take this path
+    uint32_t halves;
+    uint32_t k_lo, v_off, v_lo;  // words: K's lo half, V's hi and lo halves
+};
+// How the tensor-core path deals an instruction's (query, head) pairs: both query blocks' in one list, the later
+// block's first, 16 to a tile and a tile to a warp a round. A round walks the positions its latest query sees, so
+// one round over both blocks walks the later block's span once (rather than each block's in turn), and where there
+// are more rounds the last ones hold the earlier block's shorter walks. `n`: the step's tokens (later ones dropped).
+struct AttnMmaPairs {
+    uint32_t late_begin, late_pairs, early_begin, early_pairs, group;
+    MK_HOST_DEVICE uint32_t count() const { return late_pairs + early_pairs; }
+    MK_HOST_DEVICE uint32_t query(uint32_t p) const {
+        return p < late_pairs ? late_begin + p / group : early_begin + (p - late_pairs) / group;
+    }
+    MK_HOST_DEVICE uint32_t head(uint32_t p) const { return (p < late_pairs ? p : p - late_pairs) % group; }
+    // The latest query of pairs [first, last] (the late block's queries all follow the early block's).
+    MK_HOST_DEVICE uint32_t last_query(uint32_t first, uint32_t last) const {
+        return query(first < late_pairs && last >= late_pairs ? late_pairs - 1 : last);
+    }
+};
+MK_HOST_DEVICE inline AttnMmaPairs attn_mma_pairs(const AttnRowsArgs& a, uint32_t n) {
+    const auto pairs = [&](QueryBlock b) {
+        const uint32_t end = b.begin + b.count < n ? b.begin + b.count : n;
+        return end > b.begin ? (end - b.begin) * a.group : 0u;
+    };
+    const QueryBlock early = attn_query_block(a, 0), late = attn_query_block(a, 1);
+    return {late.begin, pairs(late), early.begin, pairs(early), a.group};
+}
+MK_HOST_DEVICE inline AttnMmaStage attn_rows_mma_stage(uint32_t head_dim, bool bf16_cache, uint32_t scratch_floats) {
+    AttnMmaStage st{};
+    if (head_dim == 0 || head_dim % 16 != 0 || head_dim > kAttnMmaMaxHeadDim) return st;
+    st.halves = bf16_cache ? 1 : 2;
+    st.k_lo = kAttnMmaBlockPositions * kAttnMmaKPitch;
+    st.v_off = st.halves * st.k_lo;
+    st.v_lo = st.v_off + head_dim * kAttnMmaVPitch;
+    st.used = st.v_off + st.halves * head_dim * kAttnMmaVPitch <= scratch_floats;
+    return st;
+}
+
 struct AttnRowsOp {
     static constexpr Opcode opcode = Opcode::attn_rows;
     using Args = AttnRowsArgs;

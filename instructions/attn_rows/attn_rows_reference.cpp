@@ -51,10 +51,12 @@ std::vector<Expected> AttnRowsOp::reference(const Instruction& ins, const OpBuff
 }
 
 std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
-    // The device stages the visible positions in blocks of up to 32 and takes the (query, head) pairs 4 to a warp
-    // in rounds of its warps (attn_rows.cuh): the longer cases span several blocks and rounds, with a round's
-    // queries seeing different positions; head_dim 128 stages K and V in turn, 18 reads q one float at a time, 288
-    // takes two passes over the dims; the last two have a second, later query block (one cut short by the step).
+    // Head dims that are multiples of 16 up to 64 run on the device's tensor cores (attn_rows_mma.cuh: tiles of 16
+    // (query, head) pairs a warp, rounds of 7 tiles, blocks of 16 positions), the others on its CUDA cores
+    // (attn_rows.cuh: blocks of up to 32 positions, 4 pairs a warp). The longer cases span several blocks and rounds,
+    // with a tile's or round's queries seeing different positions and a last tile partly empty; head_dim 128 stages
+    // K and V in turn, 18 reads q one float at a time, 288 takes two passes over the dims, 48 leaves a tensor-core
+    // k-step of q unused; the paired cases have a second, later query block (one cut short by the step).
     struct Shape {
         uint32_t n_heads, n_kv_heads, head_dim, kv_head, q_begin, n_q, n_tok, n;
         int32_t pos;
@@ -66,14 +68,16 @@ std::vector<OpCase> AttnRowsOp::cases(uint64_t seed) {
                            Shape{6, 2, 32, 1, 3, 3, 6, 4, 11, 24}, Shape{8, 2, 64, 1, 4, 40, 48, 47, 21, 72},
                            Shape{6, 3, 128, 2, 0, 19, 19, 19, 30, 52}, Shape{4, 4, 18, 3, 1, 9, 12, 12, 33, 48},
                            Shape{2, 1, 288, 0, 0, 3, 3, 3, 40, 44}, Shape{8, 2, 64, 0, 2, 9, 40, 37, 5, 48, 29, 9},
-                           Shape{6, 2, 32, 1, 0, 2, 8, 8, 0, 24, 6, 2}}) {
+                           Shape{6, 2, 32, 1, 0, 2, 8, 8, 0, 24, 6, 2}, Shape{9, 3, 48, 2, 5, 40, 48, 46, 13, 64},
+                           Shape{9, 3, 64, 1, 0, 20, 60, 60, 3, 72, 40, 20}}) {
         const ModelDims dims{.n_layers = 2, .d_model = 128, .n_heads = s.n_heads, .n_kv_heads = s.n_kv_heads,
                              .head_dim = s.head_dim, .kv_type = uint32_t(kv_type)};
         CaseBuilder c(dims, seed++);
         c.caches(s.ctx);
         c.buffers().step.pos = s.pos;
         c.buffers().step.n_tokens = int32_t(s.n);
-        const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim()), o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
+        const uint32_t q = c.activation(uint64_t(s.n_tok) * dims.q_dim());
+        const uint32_t o = c.activation(uint64_t(s.n_tok) * dims.q_dim());
         const AttnRowsArgs args{1, s.kv_head, s.q_begin, s.n_q, q, o, dims.head_dim, dims.group_size(), s.n_tok,
                                 s.q2_begin, s.n_q2};
         out.push_back(c.finish(fmt::format("attn_rows head_dim {} group {} kv{} queries {} of {} tokens ({} run) "

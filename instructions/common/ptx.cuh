@@ -63,6 +63,8 @@ __device__ inline uint32_t bf16x2_rn(float lo, float hi) {
     };
     return round(lo) | round(hi) << 16;
 }
+// x, which the compiler may not assume it knows (nvcc: an empty volatile asm).
+__device__ inline uint32_t opaque(uint32_t x) { return x; }
 __device__ inline void griddep_launch_dependents(MK_WHERE_ONLY) { ::mk_emu::griddep_launch_dependents(where); }
 __device__ inline void griddep_wait(MK_WHERE_ONLY) { ::mk_emu::griddep_wait(where); }
 
@@ -138,6 +140,12 @@ __device__ inline uint32_t bf16x2_rn(float lo, float hi) {
     uint32_t d;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
+}
+// x, which the compiler may not assume it knows, nor compute before this point: values an op derives from it are
+// not hoisted out of the interpreter's loop, where they would hold registers through every other op.
+__device__ inline uint32_t opaque(uint32_t x) {
+    asm volatile("" : "+r"(x));
+    return x;
 }
 // Programmatic dependent launch (sm_90): let the stream's next kernel, launched with programmatic stream
 // serialization, start once every block of this grid has run this (or exited); and, in such a kernel, wait

@@ -46,6 +46,7 @@ DeviceModel round_model() {
     m.code.attn_kv_prefetched = false;
     m.code.token_system_fences = 3;
     m.code.wait_backoff_max_ns = 1024;
+    m.code.attn_rows_mma = false;  // prefill attention on CUDA cores (its tensor-core path has a test of its own)
     return m;
 }
 
@@ -215,6 +216,55 @@ TEST_CASE("device cost: prefill attention's staged blocks", "[cpu]") {
     m.l2_gbs = 2.0;
     CHECK(device_instruction_time(s, one_block, 40, m).consume_ns ==
           Approx(warp0 + 32 * 64 * 4 + 20.0 + (9 * 64 * 4 - warp0) + warp1 + 20.0));
+}
+
+TEST_CASE("device cost: prefill attention on tensor cores", "[cpu]") {
+    // Which heads take the path: multiples of 16 up to 64 whose K and V blocks (16 positions, hi and lo halves for
+    // an fp32 cache) fit the scratch: head_dim 64 in fp32 takes 2 x 16 x 36 + 2 x 64 x 12 = 2,688 of the H200's 4,076.
+    CHECK(attn_rows_mma_stage(64, false, 4076).used);
+    CHECK(attn_rows_mma_stage(64, false, 2688).used);
+    CHECK_FALSE(attn_rows_mma_stage(64, false, 2687).used);
+    CHECK(attn_rows_mma_stage(64, true, 1344).used);
+    CHECK(attn_rows_mma_stage(48, false, 4076).used);
+    CHECK_FALSE(attn_rows_mma_stage(128, false, 100000).used);
+    CHECK_FALSE(attn_rows_mma_stage(18, false, 4076).used);
+
+    Schedule s = tiny_schedule(2, 1);
+    DeviceModel m = round_model();
+    m.code.attn_rows_mma = true;
+    m.sm_issue_per_ns = 4.0;
+    m.sm_tensor_gflops = 1000.0;  // flops a ns
+    m.l2_gbs = 2000.0;            // 1,000 bytes a ns an SM
+    m.l1_load_ns = 5.0;
+    m.code.consumer_warps = 2;
+    m.code.scratch_floats = 10000;
+    m.code.attn_rows_prefetch = false;
+    // Two queries of one head (head_dim 32, an fp32 cache) at position 40: one tile, one round over positions
+    // [0, 41): 3 blocks of 16. A block: 4 x 2 x 3 = 24 MMAs on the busy warp (98,304 flops: 98.3 ns at the SM's
+    // tensor rate, 393.2 at a quarter of it), its 220 + 16 + 32 + 24 = 292 other instructions (292 ns at one
+    // scheduler's 1 a ns) and the staging's 16 x 19 = 304 (149 ns for both at the SM's 4); 2 load rounds from L2
+    // (200 ns; the 4,096 bytes take 4.1) and 2 barriers.
+    const Instruction one_block = make_instruction<AttnRowsOp>(AttnRowsArgs{0, 0, 0, 2, 0, 0, 32, 1, 2, 0, 0});
+    const double f32_block = 4 * 24 * 4096 / 1000.0 + 200 + 20;
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(3 * f32_block));
+    // The queries as an early and a late block: one list, one round over the later query's span: the same walk.
+    const Instruction two_blocks = make_instruction<AttnRowsOp>(AttnRowsArgs{0, 0, 0, 1, 0, 0, 32, 1, 2, 1, 1});
+    CHECK(device_instruction_time(s, two_blocks, 40, m).consume_ns == Approx(3 * f32_block));
+    // Blocks after the first prefetched into L1: their 2 load rounds at 5 ns (their bytes stream during the block
+    // before).
+    m.code.attn_rows_prefetch = true;
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(3 * f32_block - 2 * 190));
+    m.code.attn_rows_prefetch = false;
+    // A bf16 cache: no lo halves, 16 MMAs (262.1 ns at a quarter of the rate), 268 other instructions: one warp's
+    // issue bounds a block.
+    s.dims.kv_type = uint32_t(KvType::bf16);
+    CHECK(device_instruction_time(s, one_block, 40, m).consume_ns == Approx(3 * (268 + 200 + 20)));
+    // Without room for a block's halves the device takes the CUDA-core path, and so does the model.
+    s.dims.kv_type = uint32_t(KvType::f32);
+    m.code.scratch_floats = 1100;
+    const double mma_off_room = device_instruction_time(s, one_block, 40, m).consume_ns;
+    m.code.attn_rows_mma = false;
+    CHECK(mma_off_room == Approx(device_instruction_time(s, one_block, 40, m).consume_ns));
 }
 
 TEST_CASE("device cost: which prefill matmuls run on tensor cores", "[cpu]") {

@@ -246,11 +246,12 @@ double attn_rows_ns(const Schedule& s, const Instruction& ins, uint32_t start, c
 // pairs a warp (both query blocks' pairs in one list: attn_mma_pairs), each round walking its visible positions in
 // staged blocks of 16. A block costs its staging (two dependent load rounds from L2, or from L1 when prefetched; its
 // bytes at the SM's L2 share where they take longer, a prefetched block's beyond the block before's compute), its
-// busy warps' work (at the SM's issue rate, one warp's, or the tensor cores': the SM's, or a quarter of them for one
-// warp's MMAs) and two barriers.
+// busy warps' work (at the SM's issue rate, the busiest scheduler's, or the tensor cores': the SM's, or the busiest
+// scheduler's quarter of them) and two barriers.
 struct AttnRowsMmaWork {
     double ns = 0;
     uint64_t tensor_flops = 0;  // the MMAs issued
+    uint64_t instructions = 0;  // warp instructions issued, the MMAs' and the staging's included
 };
 AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, uint32_t start, const AttnMmaStage& st,
                                    const DeviceModel& m) {
@@ -279,17 +280,19 @@ AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, ui
         for (uint32_t base = 0; base < span; base += kAttnMmaBlockPositions) {
             const auto busy =
                 double(std::count_if(visible.begin(), visible.end(), [&](uint32_t v) { return v > base; }));
-            const double tensor = m.sm_tensor_gflops;  // flops a ns
+            // Warps 1..7 on 4 schedulers (and their quarters of the tensor cores): past 4 busy warps one carries two.
+            const double per_scheduler = std::ceil(busy / 4), tensor = m.sm_tensor_gflops;  // flops a ns
             const double compute_ns = std::max({(stage + busy * warp_block) / m.sm_issue_per_ns,
-                                                busy > 0 ? warp_block / warp_issue_per_ns : 0.0,
+                                                per_scheduler * warp_block / warp_issue_per_ns,
                                                 tensor > 0 ? busy * warp_flops / tensor : 0.0,
-                                                tensor > 0 && busy > 0 ? 4.0 * warp_flops / tensor : 0.0});
+                                                tensor > 0 ? 4.0 * per_scheduler * warp_flops / tensor : 0.0});
             if (prefetch && base > 0)
                 w.ns += std::max(c.attn_mma_stage_load_rounds * m.l1_load_ns, bytes_ns - last_compute_ns);
             else
                 w.ns += std::max(c.attn_mma_stage_load_rounds * m.l2_load_ns, bytes_ns);
             w.ns += compute_ns + 2 * m.barrier_ns;
             w.tensor_flops += uint64_t(busy) * warp_flops;
+            w.instructions += uint64_t(stage + busy * warp_block);
             last_compute_ns = compute_ns;
         }
     }
@@ -406,8 +409,9 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t p
             if (st.used && m.sm_tensor_gflops > 0) {  // attention's K/V from DRAM, its dots on tensor cores
                 const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
                 b.dram_bytes += cost.weight_bytes + cost.activation_bytes;
-                const uint32_t start = position + 1 > T ? position + 1 - T : 0;
-                b.tensor_flops += attn_rows_mma_work(s, ins, start, st, m).tensor_flops;
+                const AttnRowsMmaWork work = attn_rows_mma_work(s, ins, position + 1 > T ? position + 1 - T : 0, st, m);
+                b.tensor_flops += work.tensor_flops;
+                b.mma_instructions += work.instructions;
                 continue;
             }
             if (!cost.token_columns) {  // the other ops: their bytes from DRAM, flops on CUDA cores

@@ -155,8 +155,9 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
 // the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
 // warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe, plus the
-// block formats' staging barriers) and the other flops. Attention on tensor cores counts its MMAs with the rows'; its
-// work depends on `position`, the step's last token's (as device_instruction_time's).
+// block formats' staging barriers) and the other flops. Attention on tensor cores counts its MMAs with the rows' and
+// its instructions with the MMA tiles'; its work depends on `position`, the step's last token's (as
+// device_instruction_time's).
 struct PrefillBounds {
     uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, mma_conversions = 0, other_flops = 0;
     uint64_t team_barriers = 0;

@@ -94,7 +94,7 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
             const double n = double(s.streams.size());
             fmt::print("prefill bounds (ms, all SMs at once): DRAM {:.3f} ({:.2f} GB at {:.0f} GB/s), L2 {:.3f} ({:.2f} GB "
                        "at {:.0f} GB/s: later token blocks' rows, activations as read), tensor-core flops {:.3f} ({:.2f} "
-                       "TFLOP issued at {:.0f} TFLOPS), MMA tiles' instruction issue {:.3f} ({:.1f} G instructions at "
+                       "TFLOP issued at {:.0f} TFLOPS), tensor-core ops' instruction issue {:.3f} ({:.1f} G instructions at "
                        "{:.0f} G/s, {:.2f} G of them conversions at {:.0f} G/s), other flops {:.3f} ({:.2f} TFLOP at {:.0f} TFLOPS): {} bound the step\n",
                        b.dram_ms, b.dram_bytes / 1e9, s.target.bandwidth_gbs, b.l2_ms, b.l2_bytes / 1e9,
                        options.device->l2_gbs, b.tensor_ms, b.tensor_flops / 1e12,

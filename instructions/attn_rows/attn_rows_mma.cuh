@@ -1,4 +1,4 @@
-// attn_rows on tensor cores, for head_dim a multiple of 16 up to 128 (attn_rows.hpp's attn_rows_mma_stage). A warp
+// attn_rows on tensor cores, for head_dim a multiple of 16 up to 64 (attn_rows.hpp's attn_rows_mma_stage). A warp
 // carries a tile of 16 (query, head) pairs; a round is one tile a warp. Per staged block of 16 positions:
 // S = Q K^T (16 pairs x 8 positions an MMA, head_dim / 16 k-steps), the online softmax on S's fragments (a pair's row
 // lies in 4 lanes: two shuffles), then O += P V (16 pairs x 8 dims an MMA, 16 positions a k-step), P taken straight
@@ -235,7 +235,8 @@ struct AttnRowsMma {
 #pragma unroll
                     for (uint32_t dt = 0; dt < kDimTiles; ++dt)
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
+                        for (uint32_t e = 0; e < 4; ++e)
+                            if (dt < 2 * steps) o[dt][e] *= correction[e / 2];
                     __syncwarp();  // V's loads not hoisted into the softmax: they held 64 registers there
                     // k-step kk takes positions 16 kk .. 16 kk + 15: S tiles 2 kk and 2 kk + 1 are P's A fragment.
 #pragma unroll

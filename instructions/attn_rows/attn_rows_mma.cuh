@@ -78,41 +78,40 @@ struct AttnRowsMma {
         }
     }
 
-    // The same rows of V transposed, as bf16 pairs along the positions. kLaneDims: head_dim / 32, rounded up.
-    template <uint32_t kLaneDims>
+    // The same rows of V transposed, as bf16 pairs along the positions, in groups of 32 items, a warp a group: lane
+    // l takes position pair 4 ub + l % 4 and dim 8 db + l / 4 of group (ub, db), so the warp's stores (word 12 d + u)
+    // fall in 32 banks (a lane a dim put 4 lanes on each) and its loads read 32-byte pieces of 8 rows.
     static __device__ void stage_v(const DeviceOpContext& ctx, uint64_t head_off, uint32_t first, uint32_t rows,
                                    uint32_t hd, const AttnMmaStage& st, uint32_t* words, const Team& team) {
-        constexpr uint32_t kPairs = kStageItems / kLaneDims > 0 ? kStageItems / kLaneDims : 1;
-        const uint32_t n_warps = team.n_warps();
+        constexpr uint32_t kPairGroups = kAttnMmaBlockPositions / 2 / 4;
+        const uint32_t groups = kPairGroups * (hd / 8), n_warps = team.n_warps();
         const uint32_t rank = ptx::opaque(team.rank), lane = rank % 32;
-        for (uint32_t u0 = rank / 32; u0 < kAttnMmaBlockPositions / 2; u0 += kPairs * n_warps) {
-            uint32_t hi[kPairs][kLaneDims], lo[kPairs][kLaneDims];
+        for (uint32_t g0 = rank / 32; g0 < groups; g0 += kStageItems * n_warps) {
+            uint32_t hi[kStageItems], lo[kStageItems];
 #pragma unroll
-            for (uint32_t r = 0; r < kPairs; ++r)
-#pragma unroll
-                for (uint32_t k = 0; k < kLaneDims; ++k) {
-                    const uint32_t t = 2 * (u0 + r * n_warps), d = lane + 32 * k;
-                    hi[r][k] = lo[r][k] = 0;
-                    if (t >= rows || d >= hd) continue;
-                    const uint64_t at = head_off + uint64_t(first + t) * hd + d;
-                    const bool second = t + 1 < rows;
-                    if (st.halves == 1) {
-                        const uint16_t* v = static_cast<const uint16_t*>(ctx.v_cache) + at;
-                        hi[r][k] = uint32_t(v[0]) | (second ? uint32_t(v[hd]) << 16 : 0u);
-                    } else {
-                        const float* v = static_cast<const float*>(ctx.v_cache) + at;
-                        dev::split_bf16_pair(v[0], second ? v[hd] : 0.0f, hi[r][k], lo[r][k]);
-                    }
+            for (uint32_t i = 0; i < kStageItems; ++i) {
+                const uint32_t group = g0 + i * n_warps;
+                const uint32_t t = 2 * (4 * (group % kPairGroups) + lane % 4), d = 8 * (group / kPairGroups) + lane / 4;
+                hi[i] = lo[i] = 0;
+                if (group >= groups || t >= rows) continue;
+                const uint64_t at = head_off + uint64_t(first + t) * hd + d;
+                const bool second = t + 1 < rows;
+                if (st.halves == 1) {
+                    const uint16_t* v = static_cast<const uint16_t*>(ctx.v_cache) + at;
+                    hi[i] = uint32_t(v[0]) | (second ? uint32_t(v[hd]) << 16 : 0u);
+                } else {
+                    const float* v = static_cast<const float*>(ctx.v_cache) + at;
+                    dev::split_bf16_pair(v[0], second ? v[hd] : 0.0f, hi[i], lo[i]);
                 }
+            }
 #pragma unroll
-            for (uint32_t r = 0; r < kPairs; ++r)
-#pragma unroll
-                for (uint32_t k = 0; k < kLaneDims; ++k) {
-                    const uint32_t u = u0 + r * n_warps, d = lane + 32 * k;
-                    if (u >= kAttnMmaBlockPositions / 2 || d >= hd) continue;
-                    words[st.v_off + d * kAttnMmaVPitch + u] = hi[r][k];
-                    if (st.halves == 2) words[st.v_lo + d * kAttnMmaVPitch + u] = lo[r][k];
-                }
+            for (uint32_t i = 0; i < kStageItems; ++i) {
+                const uint32_t group = g0 + i * n_warps;
+                if (group >= groups) continue;
+                const uint32_t u = 4 * (group % kPairGroups) + lane % 4, d = 8 * (group / kPairGroups) + lane / 4;
+                words[st.v_off + d * kAttnMmaVPitch + u] = hi[i];
+                if (st.halves == 2) words[st.v_lo + d * kAttnMmaVPitch + u] = lo[i];
+            }
         }
     }
 
@@ -122,7 +121,7 @@ struct AttnRowsMma {
         // S's 8-position tiles.
         constexpr uint32_t kSteps = kAttnMmaMaxHeadDim / 16, kDimTiles = 2 * kSteps;
         constexpr uint32_t kPosTiles = kAttnMmaBlockPositions / 8;
-        constexpr uint32_t kLaneWords = (kSteps + 3) / 4, kLaneDims = (kSteps + 1) / 2;
+        constexpr uint32_t kLaneWords = (kSteps + 3) / 4;
         const uint32_t n = dev::step_tokens(ctx, a.n_tok), hd = a.head_dim, q_dim = ctx.dims.q_dim();
         // The thread's values are derived here, not hoisted into the interpreter's loop (they held ~19 registers
         // there, through every op).
@@ -175,7 +174,7 @@ struct AttnRowsMma {
                 const uint32_t rows = min(kAttnMmaBlockPositions, uint32_t(span - base));
                 team.sync();  // no warp still reads the last block
                 stage_k<kLaneWords>(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
-                stage_v<kLaneDims>(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
+                stage_v(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
                 team.sync();
                 attn_rows_prefetch_block(ctx, head_off, base + int32_t(kAttnMmaBlockPositions), span,
                                          kAttnMmaBlockPositions, hd, team);

@@ -264,7 +264,7 @@ AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, ui
                          (c.attn_mma_stage_item + (st.halves == 2 ? c.attn_mma_stage_split : 0));
     const uint64_t warp_flops = uint64_t(mmas) * 2 * 16 * 8 * 16;
     const double l2_bytes_per_ns = (m.l2_gbs > 0 ? m.l2_gbs : s.target.bandwidth_gbs) / s.target.n_sms;
-    const double warp_issue_per_ns = m.sm_issue_per_ns / 4;  // one scheduler's
+    const double warp_issue_per_ns = m.sm_issue_per_ns / 4, tensor = m.sm_tensor_gflops;  // a scheduler's; flops a ns
     const double bytes_ns = 2.0 * kAttnMmaBlockPositions * hd * s.dims.kv_bytes() / l2_bytes_per_ns;
     const bool prefetch = c.attn_rows_prefetch && attn_rows_prefetched(kAttnMmaBlockPositions, hd, s.dims.kv_bytes());
     AttnRowsMmaWork w;
@@ -281,7 +281,7 @@ AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, ui
             const auto busy =
                 double(std::count_if(visible.begin(), visible.end(), [&](uint32_t v) { return v > base; }));
             // Warps 1..7 on 4 schedulers (and their quarters of the tensor cores): past 4 busy warps one carries two.
-            const double per_scheduler = std::ceil(busy / 4), tensor = m.sm_tensor_gflops;  // flops a ns
+            const double per_scheduler = std::ceil(busy / 4);
             const double compute_ns = std::max({(stage + busy * warp_block) / m.sm_issue_per_ns,
                                                 per_scheduler * warp_block / warp_issue_per_ns,
                                                 tensor > 0 ? busy * warp_flops / tensor : 0.0,
@@ -299,11 +299,18 @@ AttnRowsMmaWork attn_rows_mma_work(const Schedule& s, const Instruction& ins, ui
     return w;
 }
 
-// Which path attn_rows.cuh takes for this model's heads and cache, as the device decides it.
+// Which path attn_rows.cuh takes for this model's heads and cache, as the device decides it (unused: not attn_rows).
 AttnMmaStage attn_rows_mma_stage_of(const Schedule& s, const Instruction& ins, const KernelStructure& c) {
-    if (!c.attn_rows_mma) return {};
+    if (!c.attn_rows_mma || ins.opcode != uint16_t(Opcode::attn_rows)) return {};
     return attn_rows_mma_stage(decode_args<AttnRowsArgs>(ins).head_dim, s.dims.kv_type == uint32_t(KvType::bf16),
                                c.scratch_floats);
+}
+
+// Where an attn_rows instruction's chunk starts, `position` being the step's last token's: T - 1 before it (at 0
+// for a prompt's first chunk under the default 511 and T = 512).
+uint32_t attn_rows_start(const Instruction& ins, uint32_t position) {
+    const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
+    return position + 1 > T ? position + 1 - T : 0;
 }
 
 }  // namespace
@@ -377,9 +384,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
         t.pages = std::min<uint32_t>(plan.n_pages, uint32_t(plan.tiles.size()));
     } else if (name == "attn_rows") {
-        // `position` is the step's last token's: a chunk of T tokens starts T - 1 before it (at 0 for a prompt's
-        // first chunk under the default 511 and T = 512).
-        const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok, start = position + 1 > T ? position + 1 - T : 0;
+        const uint32_t start = attn_rows_start(ins, position);
         const AttnMmaStage st = attn_rows_mma_stage_of(s, ins, c);
         t.consume_ns = st.used ? attn_rows_mma_work(s, ins, start, st, m).ns : attn_rows_ns(s, ins, start, m);
     } else {
@@ -404,12 +409,10 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t p
         for (const Instruction& ins : stream) {
             const OpInfo& op = op_info(ins.opcode);
             const Cost cost = op.cost(ins, s.dims, s.weights.data());
-            const AttnMmaStage st = ins.opcode == uint16_t(Opcode::attn_rows) ? attn_rows_mma_stage_of(s, ins, m.code)
-                                                                    : AttnMmaStage{};
+            const AttnMmaStage st = attn_rows_mma_stage_of(s, ins, m.code);
             if (st.used && m.sm_tensor_gflops > 0) {  // attention's K/V from DRAM, its dots on tensor cores
-                const uint32_t T = decode_args<AttnRowsArgs>(ins).n_tok;
                 b.dram_bytes += cost.weight_bytes + cost.activation_bytes;
-                const AttnRowsMmaWork work = attn_rows_mma_work(s, ins, position + 1 > T ? position + 1 - T : 0, st, m);
+                const AttnRowsMmaWork work = attn_rows_mma_work(s, ins, attn_rows_start(ins, position), st, m);
                 b.tensor_flops += work.tensor_flops;
                 b.mma_instructions += work.instructions;
                 continue;

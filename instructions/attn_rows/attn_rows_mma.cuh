@@ -41,40 +41,36 @@ struct AttnRowsMma {
     // spilled.
     static constexpr uint32_t kStageItems = 4;
 
-    // Rows [first, first + rows) of one KV head's K as bf16 pairs along the dims, the block's later rows zeros.
-    // kLaneWords: a row's words over 32 lanes (head_dim / 64, rounded up).
-    template <uint32_t kLaneWords>
+    // Rows [first, first + rows) of one KV head's K as bf16 pairs along the dims, the block's later rows zeros: a
+    // warp a row, lane l its word l (a row holds at most kAttnMmaMaxHeadDim / 2 = 32).
     static __device__ void stage_k(const DeviceOpContext& ctx, uint64_t head_off, uint32_t first, uint32_t rows,
                                    uint32_t hd, const AttnMmaStage& st, uint32_t* words, const Team& team) {
-        constexpr uint32_t kRows = kStageItems / kLaneWords;
-        const uint32_t row_words = hd / 2, n_warps = team.n_warps();
-        const uint32_t rank = ptx::opaque(team.rank), lane = rank % 32;  // not hoisted: see run
-        for (uint32_t t0 = rank / 32; t0 < kAttnMmaBlockPositions; t0 += kRows * n_warps) {
-            uint32_t hi[kRows][kLaneWords], lo[kRows][kLaneWords];
+        static_assert(kAttnMmaMaxHeadDim / 2 <= 32);
+        const uint32_t n_warps = team.n_warps();
+        const uint32_t rank = ptx::opaque(team.rank), w = rank % 32;  // not hoisted: see run
+        if (w >= hd / 2) return;  // no barrier below: lanes past the row leave
+        for (uint32_t t0 = rank / 32; t0 < kAttnMmaBlockPositions; t0 += kStageItems * n_warps) {
+            uint32_t hi[kStageItems], lo[kStageItems];
 #pragma unroll
-            for (uint32_t r = 0; r < kRows; ++r)
-#pragma unroll
-                for (uint32_t k = 0; k < kLaneWords; ++k) {
-                    const uint32_t t = t0 + r * n_warps, w = lane + 32 * k;
-                    hi[r][k] = lo[r][k] = 0;
-                    if (t >= rows || w >= row_words) continue;
-                    const uint64_t at = head_off + uint64_t(first + t) * hd + 2 * w;  // even: 4- or 8-byte aligned
-                    if (st.halves == 1) {
-                        hi[r][k] = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(ctx.k_cache) + at);
-                    } else {
-                        const float2 x = *reinterpret_cast<const float2*>(static_cast<const float*>(ctx.k_cache) + at);
-                        dev::split_bf16_pair(x.x, x.y, hi[r][k], lo[r][k]);
-                    }
+            for (uint32_t r = 0; r < kStageItems; ++r) {
+                const uint32_t t = t0 + r * n_warps;
+                hi[r] = lo[r] = 0;
+                if (t >= rows) continue;
+                const uint64_t at = head_off + uint64_t(first + t) * hd + 2 * w;  // even: 4- or 8-byte aligned
+                if (st.halves == 1) {
+                    hi[r] = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(ctx.k_cache) + at);
+                } else {
+                    const float2 x = *reinterpret_cast<const float2*>(static_cast<const float*>(ctx.k_cache) + at);
+                    dev::split_bf16_pair(x.x, x.y, hi[r], lo[r]);
                 }
+            }
 #pragma unroll
-            for (uint32_t r = 0; r < kRows; ++r)
-#pragma unroll
-                for (uint32_t k = 0; k < kLaneWords; ++k) {
-                    const uint32_t t = t0 + r * n_warps, w = lane + 32 * k;
-                    if (t >= kAttnMmaBlockPositions || w >= row_words) continue;
-                    words[t * kAttnMmaKPitch + w] = hi[r][k];
-                    if (st.halves == 2) words[st.k_lo + t * kAttnMmaKPitch + w] = lo[r][k];
-                }
+            for (uint32_t r = 0; r < kStageItems; ++r) {
+                const uint32_t t = t0 + r * n_warps;
+                if (t >= kAttnMmaBlockPositions) continue;
+                words[t * kAttnMmaKPitch + w] = hi[r];
+                if (st.halves == 2) words[st.k_lo + t * kAttnMmaKPitch + w] = lo[r];
+            }
         }
     }
 
@@ -121,7 +117,6 @@ struct AttnRowsMma {
         // S's 8-position tiles.
         constexpr uint32_t kSteps = kAttnMmaMaxHeadDim / 16, kDimTiles = 2 * kSteps;
         constexpr uint32_t kPosTiles = kAttnMmaBlockPositions / 8;
-        constexpr uint32_t kLaneWords = (kSteps + 3) / 4;
         const uint32_t n = dev::step_tokens(ctx, a.n_tok), hd = a.head_dim, q_dim = ctx.dims.q_dim();
         // The thread's values are derived here, not hoisted into the interpreter's loop (they held ~19 registers
         // there, through every op).
@@ -173,7 +168,7 @@ struct AttnRowsMma {
             for (int32_t base = 0; base < span; base += int32_t(kAttnMmaBlockPositions)) {
                 const uint32_t rows = min(kAttnMmaBlockPositions, uint32_t(span - base));
                 team.sync();  // no warp still reads the last block
-                stage_k<kLaneWords>(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
+                stage_k(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
                 stage_v(ctx, head_off, uint32_t(base), rows, hd, st, words, team);
                 team.sync();
                 attn_rows_prefetch_block(ctx, head_off, base + int32_t(kAttnMmaBlockPositions), span,

@@ -13,6 +13,7 @@
 #include "instructions/attn_rows/attn_rows.hpp"
 #include "instructions/common/page_plan.hpp"
 #include "instructions/common/token_rows.hpp"
+#include "instructions/device_types.hpp"
 #include "instructions/registry.hpp"
 #include "models/quant.hpp"
 
@@ -168,6 +169,9 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         ++w.input_reads;
     }
     const uint32_t cols = plan.tiles.empty() ? 0 : s.weights[plan.tiles[0].weight].cols;
+    // rms_lm_head_rows stages a few tokens' normed inputs for whole rows (rows_math.cuh's for_each_row_normed_dot)
+    if (!w.mma && op == "rms_lm_head_rows" && !plan.tiles.empty() && stage_normed_rows(n, cols, s.dims))
+        w.input_reads = 1;  // the staging pass; the rows read shared memory
     const uint64_t input_bytes = 4ull * n * cols;
     // activation_bytes reads the inputs once and writes the outputs.
     w.l2_bytes = cost.activation_bytes + input_bytes * (std::max<uint64_t>(w.input_reads, 1) - 1 + (w.normed ? 1 : 0));

@@ -31,12 +31,15 @@ uint32_t mma_rows(const PlanInputs& in, uint32_t weight) { return in.tensor_core
 // as a GEMM splits into tiles.
 struct GemmTiling {
     uint32_t rows;    // rows per block (the last may be shorter)
-    uint32_t tokens;  // tokens per block, a multiple of kTokenBlockAlign but for a chunk shorter than it
+    uint32_t tokens;  // tokens per block: a multiple of token_block_align, or the whole chunk T
 };
 
-// The CPU's tile kernels take tokens 16 at a time (AVX2 and VNNI passes): a token block that is not a multiple of
-// 16 would leave a partial pass in every instruction instead of only in the chunk's tail.
-constexpr uint32_t kTokenBlockAlign = 16;
+// The tokens a block's count is a multiple of. The CPU's tile kernels take tokens 16 at a time (AVX2 and VNNI
+// passes): a block that is not a multiple of 16 would leave a partial pass in every instruction instead of only in
+// the chunk's tail. MMA tiles take them 8 at a time (mma.m16n8k16's n, a warp's chunk): 16 would allow 32 or 48 but
+// not 56, the most a pass of 128 rows holds (kMmaTeamWarps chunks: token_rows.hpp). By target: a GPU target's plans
+// stream tensor-core formats in MMA tiles (PlanInputs::tensor_cores); the others' blocks take 8 alike.
+uint32_t token_block_align(const PlanInputs& in) { return in.tensor_cores ? kMmaMinTokens : 16; }
 
 // The tiling whose SMs move the fewest bytes. Mb row blocks each read every token's input once (Mb * T *
 // token_bytes, token_bytes = a token's K fp32 inputs) and Nb token blocks each read every weight row once
@@ -54,19 +57,22 @@ constexpr uint32_t kTokenBlockAlign = 16;
 // weights stream in MMA tiles (BF16, F16, Q8_0, Q4_0, Q4_1 on a GPU target), a block reads its tokens' inputs once per pass of its rows
 // (`read_rows(tokens)` rows: page_plan.hpp's rows_per_input_read), not once: 128-row passes for up to 56 tokens,
 // 64 up to 112, none beyond (scalar dots read the inputs once a row): Llama-3.2-1B's gate_up in BF16 on the H200
-// target went from 187 rows x 176 tokens to 679 x 32, qkv from 172 x 80 to 256 x 32.
-GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint64_t row_bytes, uint64_t token_bytes,
-                       uint32_t T, uint32_t n_sms, const std::function<uint32_t(uint32_t)>& read_rows) {
+// target went from 187 rows x 176 tokens to 679 x 32, qkv from 172 x 80 to 256 x 32. `norm_reads`: the inputs'
+// further reads an instruction makes (rms_* ops: the RMS scales' pass), which favour fewer, taller row blocks; with
+// them and blocks of 8 tokens, that gate_up is 631 x 56 (683 x 48 before: 41.3 -> 40.1 GB from L2 a chunk).
+GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint32_t token_align, uint64_t row_bytes,
+                       uint64_t token_bytes, uint32_t norm_reads, uint32_t T, uint32_t n_sms,
+                       const std::function<uint32_t(uint32_t)>& read_rows) {
     uint32_t M = 0;
     for (uint32_t rows : kinds) M += rows;
     GemmTiling best{block_rows(M, n_sms, align), T};
     uint64_t best_time = UINT64_MAX, best_bytes = UINT64_MAX;
     uint32_t last_tokens = 0;
-    for (uint32_t split = 1; split <= std::max(1u, div_up(T, kTokenBlockAlign)); ++split) {
-        const uint32_t tokens = std::min(T, div_up(div_up(T, split), kTokenBlockAlign) * kTokenBlockAlign);
+    for (uint32_t split = 1; split <= std::max(1u, div_up(T, token_align)); ++split) {
+        const uint32_t tokens = std::min(T, div_up(div_up(T, split), token_align) * token_align);
         if (tokens == last_tokens) continue;
         last_tokens = tokens;
-        const uint32_t nb = div_up(T, tokens);
+        const uint32_t nb = div_up(T, tokens), pass_rows = read_rows(tokens);
         uint32_t last_rows = 0;
         for (uint32_t want = 1; want <= div_up(M, align); ++want) {
             const uint32_t rows = block_rows(M, want, align);
@@ -74,10 +80,10 @@ GemmTiling gemm_tiling(const std::vector<uint32_t>& kinds, uint32_t align, uint6
             last_rows = rows;
             uint64_t mb = 0;
             for (uint32_t k : kinds) mb += div_up(k, rows);
-            const uint64_t reads = div_up(rows, std::min(rows, read_rows(tokens)));  // per instruction
+            const uint64_t reads = div_up(rows, std::min(rows, pass_rows));  // per instruction
             const uint64_t waves = div_up(uint32_t(mb * nb), n_sms);
-            const uint64_t time = waves * (reads * tokens * token_bytes + rows * row_bytes);
-            const uint64_t bytes = mb * reads * T * token_bytes + uint64_t(nb) * M * row_bytes;
+            const uint64_t time = waves * ((reads + norm_reads) * tokens * token_bytes + rows * row_bytes);
+            const uint64_t bytes = mb * (reads + norm_reads) * T * token_bytes + uint64_t(nb) * M * row_bytes;
             if (time < best_time || (time == best_time && bytes < best_bytes))
                 best_time = time, best_bytes = bytes, best = {rows, tokens};
         }
@@ -114,6 +120,16 @@ private:
     std::vector<uint32_t> projection(uint32_t layer, const char* what, LayerWeight w, uint32_t cols,
                                      uint32_t PrefillBuffers::*in, std::vector<uint32_t> PrefillBuffers::*recv,
                                      const std::vector<uint32_t>& ready);
+    // gemm_tiling for this chunk and target: `kinds` rows of `weights` (those one instruction streams together).
+    GemmTiling tiling(const std::vector<uint32_t>& kinds, uint32_t align, std::initializer_list<uint32_t> weights,
+                      uint64_t row_bytes, uint64_t token_bytes, bool normed) const {
+        // The scales' pass only on targets whose plans use tensor cores: the CPU target's tilings are the ones measured
+        // against llama.cpp (bench/RESULTS.md); counted there, SmolLM2's gate_up at T = 64 went 192 x 64 -> 384 x 32.
+        const uint32_t norm_reads = normed && plan_inputs_.tensor_cores ? 1 : 0;
+        return gemm_tiling(kinds, align, token_block_align(plan_inputs_), row_bytes, token_bytes, norm_reads,
+                           n_tok_, target_.n_sms,
+                           [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, weights, tokens); });
+    }
 
     const uint32_t n_tok_;
     const bool all_logits_;
@@ -155,8 +171,8 @@ std::vector<uint32_t> PrefillBuilder::projection(uint32_t l, const char* what, L
     const ModelDims& d = graph_.dims;
     const uint32_t T = n_tok_;
     const uint32_t id = layer_weight_id(l, w);
-    const GemmTiling t = gemm_tiling({d.d_model}, mma_rows(plan_inputs_, id), graph_.weights[id].row_bytes, 4ull * cols, T, target_.n_sms,
-                                     [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {id}, tokens); });
+    const GemmTiling t =
+        tiling({d.d_model}, mma_rows(plan_inputs_, id), {id}, graph_.weights[id].row_bytes, 4ull * cols, false);
     std::vector<uint32_t> done(tp_);
     if (tp_ == 1) {
         done[0] = group(fmt::format("{}.L{}", what, l));
@@ -224,13 +240,16 @@ Graph PrefillBuilder::build() {
     std::vector<uint32_t> g_lm(tp_), g_lm_recv(tp_), ready(tp_);
     for (uint32_t k = 0; k < tp_; ++k) g_lm[k] = group(name(k, "lm_head"));
     if (tp_ > 1) g_lm_recv[0] = group(name(0, "lm_recv"));
+    // The embedding in token blocks over the SMs (one instruction embedding the whole chunk kept the rest waiting).
+    const uint32_t embed_tokens = div_up(T, std::min(T, n_sms));
     for (uint32_t k = 0; k < tp_; ++k) {
         ready[k] = group(name(k, "embed"));
         std::vector<GroupDep> deps{{g_lm[k], Operand::output, true}};
         if (k == 0 && tp_ > 1) deps.push_back({g_lm_recv[0], Operand::output, true});
-        add<EmbedRowsOp>(k, EmbedRowsArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].tokens, ranks_[k].x,
-                                          d.d_model, T},
-                         ready[k], std::move(deps));
+        for (uint32_t j = 0; j < T; j += embed_tokens)
+            add<EmbedRowsOp>(k, EmbedRowsArgs{global_weight_id(GlobalWeight::token_embedding), ranks_[k].tokens,
+                                              ranks_[k].x, d.d_model, T, j, std::min(embed_tokens, T - j)},
+                             ready[k], deps);
     }
 
     const uint32_t qkv_align = d.qk_norm ? d.head_dim : 2;  // QK-norm needs whole heads; RoPE needs pairs
@@ -238,11 +257,10 @@ Graph PrefillBuilder::build() {
     const uint64_t gate_up_row_bytes = 2 * graph_.weights[layer_weight_id(0, LayerWeight::w_gate)].row_bytes;
     const uint32_t wq = layer_weight_id(0, LayerWeight::wq), gate = layer_weight_id(0, LayerWeight::w_gate),
                    up = layer_weight_id(0, LayerWeight::w_up);
-    const GemmTiling qkv = gemm_tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, std::lcm(qkv_align, mma_rows(plan_inputs_, wq)), q_row_bytes, 4ull * d.d_model,
-                                       T, n_sms, [&](uint32_t tokens) { return rows_per_input_read(plan_inputs_, {wq}, tokens); });
-    const GemmTiling ff = gemm_tiling({d.d_ff}, mma_rows(plan_inputs_, gate), gate_up_row_bytes, 4ull * d.d_model, T, n_sms, [&](uint32_t tokens) {
-        return rows_per_input_read(plan_inputs_, {gate, up}, tokens);
-    });
+    const GemmTiling qkv = tiling({d.q_dim(), d.kv_dim(), d.kv_dim()}, std::lcm(qkv_align, mma_rows(plan_inputs_, wq)),
+                                  {wq}, q_row_bytes, 4ull * d.d_model, true);
+    const GemmTiling ff =
+        tiling({d.d_ff}, mma_rows(plan_inputs_, gate), {gate, up}, gate_up_row_bytes, 4ull * d.d_model, true);
     // Query blocks: enough instructions for the SMs. Causal work grows with a query's index, so each instruction
     // takes an early block and the matching late one: the chunk cut in `pieces`, piece i with piece pieces - 1 - i.
     // Equal blocks alone left the last one twice the average (at position 0; Llama-3.2-1B's shape, T = 512 on 132

@@ -337,6 +337,19 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
     }
 }
 
+// Whole rows: each warp's rows as for_each_warp_row deals them, all n tokens of a row before the next.
+template <class Tiles, class Column, class Visit>
+__device__ inline void for_each_whole_row_token_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles,
+                                                    uint32_t n, uint32_t cols, Column&& column, Visit&& visit) {
+    for_each_warp_row(ctx, team, tiles,
+                      [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {
+                          for (uint32_t j = 0; j < n; ++j) {
+                              const float dot = row_dot(w.dtype, bytes, column(j), cols, team.lane());
+                              if (team.lane() == 0) visit(tile, row, j, dot);
+                          }
+                      });
+}
+
 // Calls visit(tile, row, j, dot) for every weight row of every tile and every token j < n, dot = row . column(j)
 // (a vector view), in the one lane that holds it. MMA tiles take the tensor cores (mma_row_token_dots); whole rows
 // are dealt as for_each_warp_row deals them (a row of paired gate/up tiles falls to the same warp), a warp finishing
@@ -353,23 +366,32 @@ __device__ inline void for_each_row_token_dot(const DeviceOpContext& ctx, const 
             return mma_row_token_dots<kMmaMaxPassTiles, 1>(ctx, team, tiles, n, cols, column, visit);
         return mma_row_token_dots<kPairTiles, kMmaMaxChunks>(ctx, team, tiles, n, cols, column, visit);
     }
-    for_each_warp_row(ctx, team, tiles,
-                      [&](const DeviceTile& tile, uint32_t row, const uint8_t* bytes, const DeviceWeight& w) {
-                          for (uint32_t j = 0; j < n; ++j) {
-                              const float dot = row_dot(w.dtype, bytes, column(j), cols, team.lane());
-                              if (team.lane() == 0) visit(tile, row, j, dot);
-                          }
-                      });
+    for_each_whole_row_token_dot(ctx, team, tiles, n, cols, column, visit);
 }
 
 // The same with column j = token j's residual row (x: (n, width) fp32) RMS-normed with the F32 weight `norm`: the
-// tokens' scales first, in the vector scratch (n floats).
+// tokens' scales first, in the vector scratch (n floats). Whole rows read their columns once a row: with
+// `may_stage` (an op that keeps nothing else in the scratch: rms_lm_head_rows) the normed vectors are staged after
+// the scales where they fit (stage_normed_rows, device_types.hpp), rounded as NormedVector rounds them.
 template <class Tiles, class Visit>
 __device__ inline void for_each_row_normed_dot(const DeviceOpContext& ctx, const Team& team, Tiles& tiles,
-                                               const float* x, uint32_t norm, uint32_t width, uint32_t n, Visit&& visit) {
+                                               const float* x, uint32_t norm, uint32_t width, uint32_t n, Visit&& visit,
+                                               bool may_stage = false) {
     const float* w = reinterpret_cast<const float*>(ctx.weights[norm].data);
     float* scales = vector_scratch(ctx);  // (n) fp32
     rms_scales(x, width, n, ctx.dims.norm_eps, scales, team);
+    if (may_stage && tiles.count() && tiles.info(0).whole_rows() && stage_normed_rows(n, width, ctx.dims)) {
+        float* staged = scales + normed_stage_offset(n);  // 16-byte aligned, as the scratch and the offset are
+        const uint32_t pitch = normed_stage_pitch(width);
+        for (uint32_t u = team.rank; u < n * width; u += team.size) {
+            const uint32_t j = u / width, i = u % width;
+            staged[j * pitch + i] = w[i] * (x[uint64_t(j) * width + i] * scales[j]);
+        }
+        team.sync();
+        for_each_whole_row_token_dot(ctx, team, tiles, n, width,
+                                     [&](uint32_t j) { return PlainVector{staged + j * pitch}; }, visit);
+        return;
+    }
     for_each_row_token_dot(
         ctx, team, tiles, n, width, [&](uint32_t j) { return NormedVector{x + uint64_t(j) * width, w, scales[j]}; },
         visit);

@@ -1,4 +1,4 @@
-// embed_rows on the device: each of the step's tokens' embedding rows (token ids in the arena), read in place
+// embed_rows on the device: each of the block's step tokens' embedding rows (token ids in the arena), read in place
 // (no page plan) and dequantized by the whole team, one token after another.
 #pragma once
 #include "instructions/common/rows_math.cuh"
@@ -12,8 +12,9 @@ struct EmbedRowsDevice {
         const auto a = decode_args<EmbedRowsArgs>(ins);
         const DeviceWeight& w = ctx.weights[a.weight];
         const int32_t* tokens = reinterpret_cast<const int32_t*>(ctx.arena + a.tokens_off);  // (n_tok) i32
-        const uint32_t n = dev::step_tokens(ctx, a.n_tok);
-        for (uint32_t j = 0; j < n; ++j) {
+        const TokenBlock block =
+            run_token_block(token_block(a.tok_begin, a.tok_count, a.n_tok), dev::step_tokens(ctx, a.n_tok));
+        for (uint32_t j = block.begin; j < block.end; ++j) {
             float* x = ctx.f32(a.x_off) + uint64_t(j) * a.d_model;
             const int32_t token = tokens[j];
             // The host validates tokens; a bad one here must still not read outside the table.

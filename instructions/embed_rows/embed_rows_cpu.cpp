@@ -13,8 +13,9 @@ namespace mk {
 void EmbedRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
     auto a = decode_args<EmbedRowsArgs>(ins);
     const WeightRef& w = ctx.weights[a.weight];
-    const uint32_t n = step_tokens(*ctx.step, a.n_tok);
-    for (uint32_t j = 0; j < n; ++j) {
+    const TokenBlock block =
+        run_token_block(token_block(a.tok_begin, a.tok_count, a.n_tok), step_tokens(*ctx.step, a.n_tok));
+    for (uint32_t j = block.begin; j < block.end; ++j) {
         int32_t token;
         std::memcpy(&token, ctx.arena + a.tokens_off + 4ull * j, 4);
         if (token < 0 || uint32_t(token) >= w.rows) fail("embed_rows: token id {} outside the vocabulary ({})", token, w.rows);
@@ -24,7 +25,9 @@ void EmbedRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
 
 std::string EmbedRowsOp::describe(const Instruction& ins) {
     auto a = decode_args<EmbedRowsArgs>(ins);
-    return fmt::format("embed_rows w={} x@{} d={} T={}", a.weight, a.x_off, a.d_model, a.n_tok);
+    const TokenBlock b = token_block(a.tok_begin, a.tok_count, a.n_tok);
+    return fmt::format("embed_rows w={} x@{} d={} tokens [{}, {}) T={}", a.weight, a.x_off, a.d_model, b.begin, b.end,
+                       a.n_tok);
 }
 
 }  // namespace mk

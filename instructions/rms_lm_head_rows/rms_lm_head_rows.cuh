@@ -16,7 +16,8 @@ struct RmsLmHeadRowsDevice {
         dev::for_each_row_normed_dot(ctx, team, tiles, ctx.f32(a.x_off) + uint64_t(first) * a.d_model, a.norm, a.d_model,
                                      cols, [&](const DeviceTile&, uint32_t row, uint32_t j, float dot) {
                                          logits[uint64_t(j) * a.vocab + row] = dot;
-                                     });
+                                     },
+                                     /*may_stage=*/true);
     }
 };
 

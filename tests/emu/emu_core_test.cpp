@@ -13,6 +13,7 @@
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 #include <mk_emu/emulator.hpp>
+#include <mk_emu/mma.hpp>
 
 #include "instructions/common/ptx.cuh"
 
@@ -443,3 +444,36 @@ TEST_CASE("emulator: shared memory limits and residency are the device's", "[emu
     cudaFreeHost(release);
     cudaFree(out);
 }
+
+namespace {
+
+// The truncated-sums model of the MMA twin on hand-computed sums: c = 1 and 16 products of 3/4 of 1's last place
+// (2^-23): cut to the largest term's place each product is 0, so 1 exactly; rounded in k order each add rounds up to
+// the next place, 1 + 16 places; the exact sum is 1 + 12 places.
+TEST_CASE("emulator: the MMA twin's truncated sums cut each term and the sum toward zero", "[emu]") {
+    const float place = std::ldexp(1.0f, -23);
+    float products[16];
+    std::fill(std::begin(products), std::end(products), 0.75f * place);
+    CHECK(mk_emu::truncated_sum(1.0f, products) == 1.0f);
+    float rounded = 1.0f;
+    for (float p : products) rounded += p;
+    CHECK(rounded == 1.0f + 16 * place);
+    // Of the other sign, toward zero too: -1 stays -1.
+    std::fill(std::begin(products), std::end(products), -0.75f * place);
+    CHECK(mk_emu::truncated_sum(-1.0f, products) == -1.0f);
+    // Terms at the largest's place are kept exactly: 1 + 16 x 2^-23, then the sum cut (it stays below 2).
+    std::fill(std::begin(products), std::end(products), place);
+    CHECK(mk_emu::truncated_sum(1.0f, products) == 1.0f + 16 * place);
+    // A sum that grows a binade loses its new last bit: 1.5 x 2 + 2^-23 is 3 + 2^-23, and 3's place is 2^-22.
+    std::fill(std::begin(products), std::end(products), 0.0f);
+    products[0] = 1.5f, products[1] = 1.5f, products[2] = place;
+    CHECK(mk_emu::truncated_sum(0.0f, products) == 3.0f);
+    // All zero; and NaN and infinity pass through as the IEEE sum.
+    std::fill(std::begin(products), std::end(products), 0.0f);
+    CHECK(mk_emu::truncated_sum(0.0f, products) == 0.0f);
+    CHECK(std::isnan(mk_emu::truncated_sum(std::nanf(""), products)));
+    products[3] = INFINITY;
+    CHECK(mk_emu::truncated_sum(1.0f, products) == INFINITY);
+}
+
+}  // namespace

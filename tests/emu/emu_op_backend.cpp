@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "instructions/registry.hpp"
+#include "mk_emu/mma.hpp"
 #include "models/error.hpp"
 #include "runtime/cuda/device_state.hpp"
 #include "runtime/cuda/op_kernels.hpp"
@@ -31,7 +32,10 @@ void download(std::vector<T>& host, const DeviceBuffer& d, const char* what) {
 
 class EmuOpBackend final : public OpBackend {
 public:
-    std::string name() const override { return "cuda-emu"; }
+    explicit EmuOpBackend(mk_emu::MmaSums sums) : sums_(sums) {}
+    std::string name() const override {
+        return sums_ == mk_emu::MmaSums::rounded ? "cuda-emu" : "cuda-emu (truncated MMA sums)";
+    }
     // MMA tiles take each fp32 input as bf16 hi + lo, within 2^-17 of it (rows_math.cuh's split_bf16_pair): a dot's
     // error is then up to ~2^-17 of its terms' sum, not of the dot, and gate/up multiplies two such dots; measured up to
     // 1.13e-5 of the largest output on the cases (a Q4_1 gate/up pair of 256 columns), over the ops' 1e-5 alone.
@@ -102,6 +106,10 @@ public:
         l.count = 1;
         l.threads = kBatchMaxThreads;
         l.scratch_bytes = uint32_t(op_scratch_bytes(b.dims));
+        struct SumsMode {  // this backend's mode for the launch, the default again after it (or a throw)
+            explicit SumsMode(mk_emu::MmaSums mode) { mk_emu::mma_sums() = mode; }
+            ~SumsMode() { mk_emu::mma_sums() = mk_emu::MmaSums::rounded; }
+        } mode(sums_);
         check_cuda(launch_instruction_batch(l, nullptr), "launching the op on the emulator");
         check_cuda(cudaDeviceSynchronize(), "running the op on the emulator");
         download(b.arena, arena, "arena");
@@ -111,10 +119,15 @@ public:
             b.load_stored_cache(space, stored.data());
         }
     }
+
+private:
+    mk_emu::MmaSums sums_;
 };
 
 }  // namespace
 
-std::unique_ptr<OpBackend> make_emu_op_backend() { return std::make_unique<EmuOpBackend>(); }
+std::unique_ptr<OpBackend> make_emu_op_backend(bool truncated_mma_sums) {
+    return std::make_unique<EmuOpBackend>(truncated_mma_sums ? mk_emu::MmaSums::truncated : mk_emu::MmaSums::rounded);
+}
 
 }  // namespace mk

@@ -63,6 +63,7 @@ std::vector<std::unique_ptr<OpBackend>> op_backends() {
     out.push_back(make_cpu_op_backend(CpuDots::q16));
 #if MK_OP_TEST_EMU
     out.push_back(make_emu_op_backend());
+    out.push_back(make_emu_op_backend(/*truncated_mma_sums=*/true));
 #endif
     return out;
 }

@@ -25,8 +25,9 @@ public:
 // The CPU ops (run_cpu) with tiles staged through checked pages, in the given dot mode.
 std::unique_ptr<OpBackend> make_cpu_op_backend(CpuDots dots);
 
-// The ops' device code on the CUDA emulator (tests/emu/emu_op_backend.cpp; builds without sanitizers).
-std::unique_ptr<OpBackend> make_emu_op_backend();
+// The ops' device code on the CUDA emulator (tests/emu/emu_op_backend.cpp; builds without sanitizers), its MMAs'
+// sums rounded to nearest in k order or cut toward zero as tensor cores are measured to (mk_emu/mma.hpp).
+std::unique_ptr<OpBackend> make_emu_op_backend(bool truncated_mma_sums = false);
 
 // Every backend this build has.
 std::vector<std::unique_ptr<OpBackend>> op_backends();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "instructions/all_ops.hpp"
 #include "instructions/sample/sampling.hpp"
 #include "models/model.hpp"
 #include "models/synthetic.hpp"
@@ -182,6 +183,56 @@ TEST_CASE("prefill schedules verify, and a dropped attention wait is refused", "
             }
     REQUIRE(dropped);
     CHECK_FALSE(verify(s).ok);
+}
+
+// The chunk's embedding is spread over the SMs in token blocks that tile it, and the projections' token blocks are
+// multiples of 16 tokens on the CPU target (its 16-token kernels) and of 8 where weights take tensor cores (a 56-token
+// block fills a 128-row pass), the chunk's tail aside.
+TEST_CASE("prefill token blocks: the embedding over the SMs, projections in aligned blocks", "[cpu][prefill]") {
+    const SyntheticSpec shape = parse_synthetic_spec("synthetic:llama-3.2-1b:bf16:layers=2:vocab=2048");
+    const ModelConfig config = synthetic_config(shape);
+    const std::vector<WeightFormat> formats = synthetic_weight_formats(shape);
+    for (const Target& target : {target_cpu(), target_h200()})
+        for (uint32_t chunk : {7u, 100u, 512u}) {
+            const Schedule s = compile_prefill_schedule(config, formats, target, Policy::critical_path, chunk, false);
+            INFO(target.name << " chunk " << chunk);
+            const uint32_t align = target.name == "cpu" ? 16 : 8;
+            std::vector<TokenBlock> embed;
+            uint32_t projections = 0;
+            auto check_block = [&](uint32_t tok_begin, uint32_t tok_count) {
+                const TokenBlock b = token_block(tok_begin, tok_count, chunk);
+                CHECK(b.begin % align == 0);
+                if (b.end != chunk) CHECK(b.count() % align == 0);
+                ++projections;
+            };
+            for (const auto& stream : s.streams)
+                for (const Instruction& ins : stream) {
+                    if (ins.opcode == uint16_t(Opcode::embed_rows)) {
+                        const auto a = decode_args<EmbedRowsArgs>(ins);
+                        embed.push_back(token_block(a.tok_begin, a.tok_count, a.n_tok));
+                    } else if (ins.opcode == uint16_t(Opcode::matmul_add)) {
+                        const auto a = decode_args<MatmulAddArgs>(ins);
+                        check_block(a.tok_begin, a.tok_count);
+                    } else if (ins.opcode == uint16_t(Opcode::rms_qkv_rows)) {
+                        const auto a = decode_args<RmsQkvRowsArgs>(ins);
+                        check_block(a.tok_begin, a.tok_count);
+                    } else if (ins.opcode == uint16_t(Opcode::rms_gate_up_rows)) {
+                        const auto a = decode_args<RmsGateUpRowsArgs>(ins);
+                        check_block(a.tok_begin, a.tok_count);
+                    }
+                }
+            CHECK(projections > 0);
+            std::sort(embed.begin(), embed.end(), [](TokenBlock x, TokenBlock y) { return x.begin < y.begin; });
+            const uint32_t per_block = (chunk + std::min(chunk, target.n_sms) - 1) / std::min(chunk, target.n_sms);
+            CHECK(embed.size() == (chunk + per_block - 1) / per_block);  // as many SMs as have a block
+            uint32_t next = 0;
+            for (const TokenBlock& b : embed) {
+                CHECK(b.begin == next);
+                CHECK(b.count() > 0);
+                next = b.end;
+            }
+            CHECK(next == chunk);
+        }
 }
 
 }  // namespace mk

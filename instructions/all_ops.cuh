@@ -17,6 +17,7 @@
 #include "instructions/rms_gate_up_rows/rms_gate_up_rows.cuh"
 #include "instructions/rms_lm_head_rows/rms_lm_head_rows.cuh"
 #include "instructions/rms_qkv_rows/rms_qkv_rows.cuh"
+#include "instructions/last_token_row/last_token_row.cuh"
 
 namespace mk {
 

@@ -17,3 +17,4 @@
 #include "instructions/rms_gate_up_rows/rms_gate_up_rows.hpp"
 #include "instructions/rms_lm_head_rows/rms_lm_head_rows.hpp"
 #include "instructions/rms_qkv_rows/rms_qkv_rows.hpp"
+#include "instructions/last_token_row/last_token_row.hpp"

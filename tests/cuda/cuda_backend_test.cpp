@@ -311,9 +311,10 @@ std::vector<std::vector<float>> prefilled(Program& program, const std::vector<in
     return out;
 }
 
-// A program on `backend` with a prefill step for chunks of T tokens keeping every token's logits.
+// A program on `backend` with a prefill step for chunks of T tokens keeping every token's logits (or, without
+// all_logits, each chunk's last token's: the last layer then runs after attention for that token alone).
 std::unique_ptr<Program> prefill_program(const Model& model, const std::string& backend, uint32_t chunk,
-                                         const std::string& kv_type = "") {
+                                         const std::string& kv_type = "", bool all_logits = true) {
     api::BackendOptions o;
     o.backend = test::cuda_backend(backend);
     o.kv_type = kv_type;
@@ -321,7 +322,7 @@ std::unique_ptr<Program> prefill_program(const Model& model, const std::string& 
     o.threads = 2;
     o.cpu_dots = "exact";
     o.batch = chunk;
-    o.all_logits = true;
+    o.all_logits = all_logits;
     if (chunk > 1) return make_program(model, o);
     // T = 1, which -b does not compile (the CLI runs that token by token): the prefill step by hand.
     Schedule s = resolve_schedule(model, o);
@@ -358,6 +359,17 @@ TEST_CASE("CUDA prefill: chunks of T tokens match the CPU's prefill and token-by
             check_against(got, by_token, 1e-5, what + " resident vs token by token");
             if (chunk == 7) check_against(prefilled(*prefill_program(model, "cuda-kernels", chunk), prompt), want, 1e-5,
                                           what + " kernels vs cpu prefill");
+            if (chunk > 1) {  // each chunk's last token's logits alone (19 = 7 + 7 + 5, 16 + 3: short last chunks)
+                auto last_only = prefill_program(model, "cuda", chunk, "", false);
+                std::vector<std::vector<float>> last, expected;
+                for (size_t i = 0; i < prompt.size(); i += chunk) {
+                    const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+                    last_only->prefill(std::span(prompt.data() + i, n), int32_t(i));
+                    last.emplace_back(last_only->logits().begin(), last_only->logits().end());
+                    expected.push_back(by_token[i + n - 1]);
+                }
+                check_against(last, expected, 1e-5, what + " resident, last token only, vs token by token");
+            }
         }
 
         // One generation, as mk generate runs it: -b 7 (chunks 7 + 7 + 4, the last prompt token the device loop's

@@ -25,12 +25,13 @@ namespace {
 
 constexpr uint32_t kChunks[] = {1, 7, 16, 64};
 
-std::unique_ptr<Program> program_for(const Model& model, const Target& target, CpuDots dots, uint32_t chunk) {
+std::unique_ptr<Program> program_for(const Model& model, const Target& target, CpuDots dots, uint32_t chunk,
+                                     bool all_logits = true) {
     const std::vector<WeightFormat> formats = weight_formats(model);
     Schedule decode = compile_schedule(model.config, formats, target, Policy::critical_path);
     std::optional<Schedule> prefill;
     if (chunk) {
-        prefill = compile_prefill_schedule(model.config, formats, target, Policy::critical_path, chunk, true);
+        prefill = compile_prefill_schedule(model.config, formats, target, Policy::critical_path, chunk, all_logits);
         const VerifyReport report = verify(*prefill);  // every prefill schedule the scheduler produces must verify
         INFO(report.summary());
         REQUIRE(report.ok);
@@ -66,6 +67,20 @@ std::vector<std::vector<float>> prompt_logits(Program& program, std::span<const 
     return out;
 }
 
+// Where the prefill step keeps only each chunk's last token's logits (the last layer then runs after attention for
+// that token alone, wherever a shorter chunk puts it: prefill_graph.cpp): (position, logits) after each chunk.
+std::vector<std::pair<size_t, std::vector<float>>> chunk_last_logits(Program& program, std::span<const int32_t> tokens,
+                                                                     uint32_t chunk) {
+    std::vector<std::pair<size_t, std::vector<float>>> out;
+    program.reset();
+    for (size_t i = 0; i < tokens.size(); i += chunk) {
+        const size_t n = std::min<size_t>(chunk, tokens.size() - i);
+        program.prefill(tokens.subspan(i, n), int32_t(i));
+        out.emplace_back(i + n - 1, std::vector<float>(program.logits().begin(), program.logits().end()));
+    }
+    return out;
+}
+
 std::vector<int32_t> some_tokens(size_t n, int64_t vocab, int64_t seed) {
     std::vector<int32_t> t(n);
     for (size_t i = 0; i < n; ++i) t[i] = int32_t((int64_t(i) * 7919 + seed * 104729 + 13) % vocab);
@@ -85,6 +100,12 @@ void check_prefill_matches_steps(const Model& model, std::span<const int32_t> pr
         INFO(fmt::format("{}: chunk {} ({} dots), {} positions: worst relative L2 {:.3g}", model.path.filename().string(),
                          chunk, dots == CpuDots::exact ? "exact" : "q16", want.size(), worst));
         CHECK(worst < tolerance);
+        auto last_only = program_for(model, target_cpu(), dots, chunk, false);
+        double worst_last = 0;
+        for (const auto& [p, logits] : chunk_last_logits(*last_only, prompt, chunk))
+            worst_last = std::max(worst_last, test::rel_l2(logits, want[p]));
+        INFO(fmt::format("each chunk's last token only: worst relative L2 {:.3g}", worst_last));
+        CHECK(worst_last < tolerance);
     }
 }
 
@@ -183,6 +204,49 @@ TEST_CASE("prefill schedules verify, and a dropped attention wait is refused", "
             }
     REQUIRE(dropped);
     CHECK_FALSE(verify(s).ok);
+}
+
+// Where only the last token's logits are wanted, the last layer after attention runs as a chunk of one token: its
+// residual stream and attention output copied out (two last_token_row), o, gate_up, down and the LM head on those
+// copies; every other layer's projections, and every layer's with all logits, take the whole chunk.
+TEST_CASE("prefill: the last layer's projections for the last token alone", "[cpu][prefill]") {
+    const SyntheticSpec shape = parse_synthetic_spec("synthetic:llama-3.2-1b:bf16:layers=3:vocab=2048");
+    const ModelConfig config = synthetic_config(shape);
+    const std::vector<WeightFormat> formats = synthetic_weight_formats(shape);
+    const ModelDims d = model_dims(config);
+    for (const Target& target : {target_cpu(), target_h200()})
+        for (bool all : {false, true}) {
+            const uint32_t chunk = 100;
+            const Schedule s = compile_prefill_schedule(config, formats, target, Policy::critical_path, chunk, all);
+            INFO(target.name << (all ? " all logits" : " last token's logits"));
+            uint32_t copies = 0, one_token_rows = 0, lm_rows = 0;
+            uint64_t chunk_outputs = 0;  // (row, token) pairs of the whole-chunk o and down
+            for (const auto& stream : s.streams)
+                for (const Instruction& ins : stream) {
+                    if (ins.opcode == uint16_t(Opcode::last_token_row)) {
+                        ++copies;
+                    } else if (ins.opcode == uint16_t(Opcode::matmul_add)) {
+                        const auto a = decode_args<MatmulAddArgs>(ins);
+                        if (a.n_tok == 1)
+                            one_token_rows += a.n_rows;
+                        else
+                            chunk_outputs += uint64_t(a.n_rows) * a.tokens().count();
+                    } else if (ins.opcode == uint16_t(Opcode::rms_gate_up_rows)) {
+                        const auto a = decode_args<RmsGateUpRowsArgs>(ins);
+                        CHECK(a.n_tok == (!all && a.layer == 2 ? 1u : chunk));
+                    } else if (ins.opcode == uint16_t(Opcode::rms_lm_head_rows)) {
+                        const auto a = decode_args<RmsLmHeadRowsArgs>(ins);
+                        CHECK(a.n_tok == (all ? chunk : 1u));
+                        lm_rows += a.n_rows;
+                    }
+                }
+            CHECK(copies == (all ? 0u : 2u));
+            // o and down: d_model rows each, a layer
+            CHECK(one_token_rows == (all ? 0u : 2 * d.d_model));
+            CHECK(chunk_outputs == (all ? 3u : 2u) * 2ull * d.d_model * chunk);
+            CHECK(lm_rows == d.vocab);
+            CHECK(verify(s).ok);
+        }
 }
 
 // The chunk's embedding is spread over the SMs in token blocks that tile it, and the projections' token blocks are

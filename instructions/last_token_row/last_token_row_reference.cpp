@@ -22,8 +22,8 @@ std::vector<OpCase> LastTokenRowOp::cases(uint64_t seed) {
         CaseBuilder c(ModelDims{.d_model = s.width}, seed++);
         const uint32_t src = c.activation(uint64_t(s.n_tok) * s.width), dst = c.activation(s.width);
         c.buffers().step.n_tokens = s.n;
-        out.push_back(c.finish(fmt::format("last_token_row width {}: token {} of {} tokens ({} run)", s.width, s.n - 1,
-                                           s.n_tok, s.n),
+        const std::string which = s.n > 0 ? fmt::format("token {} of {}", s.n - 1, s.n_tok) : "no token run";
+        out.push_back(c.finish(fmt::format("last_token_row width {}: {}", s.width, which),
                                make_instruction<LastTokenRowOp>(LastTokenRowArgs{src, dst, s.width, s.n_tok})));
     }
     return out;

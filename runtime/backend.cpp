@@ -36,6 +36,15 @@ std::string resolve_backend(const api::BackendOptions& o) {
 }
 }  // namespace
 
+void check_prefill_fits_backend(const Schedule& prefill, const api::BackendOptions& o) {
+    if (!prefill.prefill_tokens || !is_cuda_backend(resolve_backend(o))) return;
+    if (const uint32_t fits = device_prefill_limit(prefill); prefill.prefill_tokens > fits)
+        fail("--prefill {}: the CUDA backends run chunks of at most {} tokens of this model{} (each SM's scratch holds "
+             "the chunk's vectors); compile --prefill {} or less",
+             prefill.prefill_tokens, fits, prefill.dims.kv_type == uint32_t(KvType::bf16) ? " with a bf16 KV cache" : "",
+             fits);
+}
+
 uint32_t resolve_tp(const api::BackendOptions& o) {
     if (o.tp_loopback) {
         if (!is_cuda_backend(resolve_backend(o)))

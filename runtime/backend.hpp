@@ -21,6 +21,9 @@ std::vector<WeightFormat> backend_weight_formats(const Model& model, const api::
 // The same from a model's formats alone (weight_formats, or synthetic_weight_formats for a shape too big to write).
 std::vector<WeightFormat> backend_weight_formats(std::vector<WeightFormat> model_formats, const ModelConfig& config,
                                                 const api::BackendOptions& options);
+// Throws when `prefill` is a prefill schedule for a CUDA backend whose chunk is longer than those backends run
+// (device_prefill_limit: the chunk's vectors live in each SM's scratch); nothing for other schedules and backends.
+void check_prefill_fits_backend(const Schedule& prefill, const api::BackendOptions& options);
 // The schedule from schedule_file (checked against the model and verified) or compiled for the target.
 Schedule resolve_schedule(const Model& model, const api::BackendOptions& options);
 // Throws when `schedule` was compiled for another model configuration.

@@ -42,6 +42,12 @@ double tick_step(double span, int n) {
 
 }  // namespace
 
+std::string step_time_summary(double step_ns, uint32_t prefill_tokens) {
+    if (!prefill_tokens) return fmt::format("{:.3f} ms/token", step_ns / 1e6);
+    return fmt::format("{:.3f} ms a {}-token step ({:.0f} tokens/s)", step_ns / 1e6, prefill_tokens,
+                       step_ns > 0 ? prefill_tokens / (step_ns / 1e9) : 0.0);
+}
+
 std::string simulation_to_chrome_trace(const Schedule& s, const Simulation& sim) {
     using nlohmann::json;
     json events = json::array();

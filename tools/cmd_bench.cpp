@@ -1,5 +1,6 @@
 // mk bench: llama-bench-style throughput: prompt processing (ppN) and generation (tgN) tokens/s,
-// mean ± sd over repetitions, with the weight bandwidth each achieves. Output md, json or csv.
+// mean ± sd over repetitions, with the weight bandwidth each achieves (a prompt reads the weights once a prefill
+// chunk). Output md, json or csv.
 #include <fmt/core.h>
 
 #include <chrono>
@@ -58,6 +59,13 @@ double time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) 
     return steps / s;
 }
 
+// The weight GB/s a test achieves: a generated token reads the weights once, a prompt once a prefill chunk (of
+// `chunk` tokens; 0: token by token).
+double weight_gbs(const BenchResult& r, double gb_per_token, uint32_t chunk) {
+    const double reads_per_token = r.test[0] == 'p' && chunk ? std::ceil(double(r.n_tokens) / chunk) / r.n_tokens : 1.0;
+    return r.mean() * reads_per_token * gb_per_token;
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -99,6 +107,7 @@ void register_bench(CLI::App& app) {
         const std::string name = info.name.empty() ? std::filesystem::path(info.path).filename().string() : info.name;
         const std::string backend_name = session.backend();
         const uint32_t n_sms = session.schedule().info().n_sms, n_threads = session.n_threads();
+        const uint32_t chunk = session.prefill_chunk();
         const std::string backend_label = fmt::format("{} ({} SMs)", backend_name, n_sms);
         if (o->output == "json") {
             nlohmann::json rows = nlohmann::json::array();
@@ -107,21 +116,21 @@ void register_bench(CLI::App& app) {
                                 {"backend", backend_name}, {"sms", n_sms},
                                 {"threads", n_threads}, {"test", r.test}, {"n_tokens", r.n_tokens},
                                 {"tokens_per_s", r.mean()}, {"tokens_per_s_sd", r.sd()}, {"samples", r.tokens_per_s},
-                                {"weight_gb_per_s", r.mean() * gb_per_token}});
+                                {"weight_gb_per_s", weight_gbs(r, gb_per_token, chunk)}});
             fmt::print("{}\n", rows.dump(2));
         } else if (o->output == "csv") {
             fmt::print("model,size_bytes,params,backend,sms,threads,test,tokens_per_s,tokens_per_s_sd,weight_gb_per_s\n");
             for (const BenchResult& r : results)
                 fmt::print("\"{}\",{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", name, info.weight_bytes, info.n_params,
                            backend_name, n_sms, n_threads, r.test,
-                           r.mean(), r.sd(), r.mean() * gb_per_token);
+                           r.mean(), r.sd(), weight_gbs(r, gb_per_token, chunk));
         } else {
             fmt::print("| model | size | params | backend | threads | test | t/s | GB/s |\n");
             fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
             for (const BenchResult& r : results)
                 fmt::print("| {} | {:.1f} MiB | {:.1f} M | {} | {} | {} | {:.2f} ± {:.2f} | {:.2f} |\n", name,
                            info.weight_bytes / 1048576.0, info.n_params / 1e6, backend_label, n_threads,
-                           r.test, r.mean(), r.sd(), r.mean() * gb_per_token);
+                           r.test, r.mean(), r.sd(), weight_gbs(r, gb_per_token, chunk));
         }
     });
 }

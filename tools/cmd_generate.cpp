@@ -61,8 +61,11 @@ void print_summary(const api::GenerateResult& r, bool interrupted, double load_m
         return;
     }
     const std::string ranks = schedule.tp > 1 ? fmt::format(" in {} tensor-parallel ranks", schedule.tp) : "";
-    fmt::print(stderr, "\n\nmk: backend {} ({} virtual SMs{} on {} threads){}\n", session.backend(), schedule.n_sms,
-               ranks, session.n_threads(), interrupted ? ", interrupted" : "");
+    // The CPU backend runs its virtual SMs on host threads; a device backend's SMs are the GPU's (or emulated ones).
+    const std::string sms = session.backend() == "cpu"
+                                ? fmt::format("{} virtual SMs{} on {} threads", schedule.n_sms, ranks, session.n_threads())
+                                : fmt::format("{} SMs{}", schedule.n_sms, ranks);
+    fmt::print(stderr, "\n\nmk: backend {} ({}){}\n", session.backend(), sms, interrupted ? ", interrupted" : "");
     fmt::print(stderr, "mk: load time        = {:10.2f} ms\n", load_ms);
     fmt::print(stderr, "mk: prompt eval time = {:10.2f} ms / {:5} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
                r.prompt_ms, r.n_prompt, per(r.prompt_ms, r.n_prompt), rate(r.prompt_ms, r.n_prompt));

@@ -131,10 +131,11 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
     if (s.tp_size > 1) print_ranks(s, summarize_exchange(s, sim, options));
     const std::string per_rank = s.tp_size > 1 ? fmt::format(" ({:.0f} per rank)", sim.weight_gbs() / s.tp_size) : "";
     if (options.device)
-        fmt::print("cost model: device ({}) at position {}; step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token, "
+        fmt::print("cost model: device ({}) at position {}; step {:.1f} us + boundary {:.1f} us = {}, "
                    "{:.1f}% of {:.0f} GB/s\n",
                    options.device->name, options.position, sim.makespan_ns / 1e3, sim.step_boundary_ns / 1e3,
-                   sim.token_ns() / 1e6, 100.0 * sim.weight_gbs() / s.target.bandwidth_gbs, s.target.bandwidth_gbs);
+                   step_time_summary(sim.token_ns(), s.prefill_tokens), 100.0 * sim.weight_gbs() / s.target.bandwidth_gbs,
+                   s.target.bandwidth_gbs);
     else
         fmt::print("cost model: ideal (bytes at the SM's share of bandwidth + instruction_ns) at position {}\n",
                    options.position);

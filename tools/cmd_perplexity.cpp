@@ -1,13 +1,17 @@
 // mk perplexity: a model's perplexity on a text by llama.cpp's `llama-perplexity` method, so figures
 // compare with llama.cpp's on the same model, text and context: the text tokenized once, cut into
 // floor(tokens / CTX) chunks, each run from an empty cache (BOS replacing its first token when the model
-// adds BOS) and scored on its second half, in double.
+// adds BOS) and scored on its second half, in double. A chunk runs in prefill steps that keep every token's
+// logits (BackendOptions::all_logits), as llama-perplexity runs its batches.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <span>
+#include <vector>
 
 #include "mk/mk.hpp"
 #include "tools/backend_options.hpp"
@@ -53,6 +57,7 @@ void run(const PerplexityCli& o) {
 
     BackendOptions backend = o.backend;
     backend.ctx_len = o.ctx;
+    backend.all_logits = true;  // every fed token's logits: a chunk runs as prefill steps, not token by token
     api::Session session = model.new_session(backend);
     const api::SpecialTokens special = model.special_tokens();
     fmt::print(stderr, "mk: perplexity over {} chunks of {} tokens ({} tokens in {}), backend {} on {} threads\n",
@@ -64,14 +69,21 @@ void run(const PerplexityCli& o) {
     const auto t_eval = std::chrono::steady_clock::now();
     for (size_t c = 0; c < n_chunks; ++c) {
         session.reset();
-        const int32_t* chunk = tokens.data() + c * n_ctx;
-        for (size_t j = 0; j + 1 < n_ctx; ++j) {
-            session.step(j == 0 && special.add_bos ? special.bos : chunk[j]);
-            if (j < first) continue;
-            const double v = negative_log_likelihood(session.logits(), chunk[j + 1]);
-            nll += v;
-            nll2 += v * v;
-            ++count;
+        std::vector<int32_t> chunk(tokens.begin() + int64_t(c * n_ctx), tokens.begin() + int64_t((c + 1) * n_ctx));
+        if (special.add_bos) chunk[0] = special.bos;
+        // Tokens 0 .. CTX-2 in feeds of at most one prefill step (-b): the logits kept are a step's, not the chunk's.
+        const size_t part = std::max<size_t>(1, session.prefill_chunk());
+        for (size_t j0 = 0; j0 + 1 < n_ctx; j0 += part) {
+            const size_t n = std::min(part, n_ctx - 1 - j0);
+            session.feed(std::span<const int32_t>(chunk).subspan(j0, n));
+            const std::span<const float> logits = session.feed_logits();  // (n, vocab): token j0 + i's at row i
+            const size_t vocab = logits.size() / n;
+            for (size_t j = std::max(j0, first); j < j0 + n; ++j) {
+                const double v = negative_log_likelihood(logits.subspan((j - j0) * vocab, vocab), chunk[j + 1]);
+                nll += v;
+                nll2 += v * v;
+                ++count;
+            }
         }
         fmt::print("[{}]{:.4f},", c + 1, std::exp(nll / double(count)));
         std::fflush(stdout);

@@ -30,7 +30,7 @@ void register_schedule(CLI::App& app) {
         std::string calibration;
     };
     auto o = std::make_shared<Options>();
-    CLI::App* cmd = app.add_subcommand("schedule", "Compile a model's decode step into per-SM instruction streams (.mks)");
+    CLI::App* cmd = app.add_subcommand("schedule", "Compile a model's decode (or prefill) step into per-SM instruction streams (.mks)");
     cmd->add_option("-m,--model", o->model, "A .gguf file, an HF directory or a synthetic spec (default: SmolLM2-135M-Instruct)");
     cmd->add_option("-o,--output", o->out, "The .mks file to write")->required();
     cmd->add_option("--json", o->json, "Also write the schedule as JSON to this file");
@@ -50,8 +50,9 @@ void register_schedule(CLI::App& app) {
                     "cuda: N ranks sharing one GPU (each rank gets 1/N of its SMs)")
         ->check(CLI::Range(1u, 64u));
     cmd->add_option("--prefill", o->prefill,
-                    "Compile the prefill step for chunks of T prompt tokens instead of the decode step (cpu backend; "
-                    "with --tp split across the ranks as the decode step is)")
+                    "Compile the prefill step for chunks of T prompt tokens instead of the decode step (with --tp split "
+                    "across the ranks as the decode step is; the CUDA backends take chunks up to what each SM's "
+                    "scratch holds, about max(d_model + 960, 3776) tokens)")
         ->check(CLI::Range(1u, 4096u));
     cmd->add_flag("--all-logits", o->all_logits, "With --prefill: the logits of every token of the chunk, not only the last");
     cmd->add_option("--kv-type", o->backend.kv_type, "How the KV cache stores K and V: f32 (default) | bf16")
@@ -82,6 +83,7 @@ void register_schedule(CLI::App& app) {
                                                            o->prefill, o->all_logits, kv_type, tp)
                                 : compile_schedule(config, formats, target, parse_policy(o->backend.policy), tp, kv_type);
         const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        check_prefill_fits_backend(s, o->backend);
         VerifyReport report = verify(s);
         if (!report.ok) fail("{}: the compiled schedule failed verification: {}", o->out, report.summary());
         save_schedule(s, o->out);
@@ -111,10 +113,10 @@ void register_schedule(CLI::App& app) {
             SimOptions so;
             so.device = &device;
             const Simulation dev = simulate(priced, so);
-            fmt::print("device cost model ({}) at position {}: step {:.1f} us + boundary {:.1f} us = {:.3f} ms/token "
-                       "({:.0f} GB/s of weights; mk inspect for the breakdown)\n",
-                       device.name, so.position, dev.makespan_ns / 1e3, dev.step_boundary_ns / 1e3, dev.token_ns() / 1e6,
-                       dev.weight_gbs());
+            fmt::print("device cost model ({}) at position {}: step {:.1f} us + boundary {:.1f} us = {} ({:.0f} GB/s "
+                       "of weights; mk inspect for the breakdown)\n",
+                       device.name, so.position, dev.makespan_ns / 1e3, dev.step_boundary_ns / 1e3,
+                       step_time_summary(dev.token_ns(), s.prefill_tokens), dev.weight_gbs());
         }
     });
 }

@@ -174,7 +174,9 @@ def compare_rows(records, dtype, kind, ctx):
     def last(match):
         found = [r for r in records if match(r) and not r.get("error") and r.get("ctx") == ctx]
         return found[-1] if found else None
-    rows = [(name, last(lambda r, b=backend: r.get("source") == "mk" and r.get("backend") == b and
+    # An emulated backend names itself with "-emu" (a rehearsal's rows): the same runner.
+    rows = [(name, last(lambda r, b=backend: r.get("source") == "mk" and
+                        str(r.get("backend", "")).replace("-emu", "") == b and
                         r.get("dtype") == dtype and str(r.get("test", "")).startswith(kind)))
             for name, backend in COMPARE_MK]
     name, mode = COMPARE_TORCH[kind]

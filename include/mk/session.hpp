@@ -44,8 +44,8 @@ public:
     Session& operator=(Session&&) noexcept;
     ~Session();
 
-    // Runs `tokens` at the next positions and returns the token sampled after the last one. On the cpu backend
-    // they run in prefill chunks of BackendOptions::batch tokens (each weight read once a chunk).
+    // Runs `tokens` at the next positions and returns the token sampled after the last one, in prefill chunks of
+    // prefill_chunk() tokens (each weight read once a chunk).
     int32_t feed(std::span<const int32_t> tokens, const SamplingOptions& sampling = {});
     int32_t step(int32_t token, const SamplingOptions& sampling = {}) { return feed({&token, 1}, sampling); }
     // Tokenizes `text` (BOS only at position 0) and feeds it.
@@ -85,8 +85,13 @@ public:
     // should set its own flag instead). Each generate() starts uncancelled.
     void cancel();
 
-    std::string backend() const;  // "cpu", "cuda", "cuda-stepwise", "cuda-kernels+pdl", "cuda-kernels-graph+pdl"
+    // "cpu", "cuda", "cuda-stepwise", "cuda-kernels+pdl", "cuda-kernels-graph+pdl"; on the CUDA emulator (cuda-emu,
+    // cuda-kernels-emu) "cuda-emu", "cuda-emu-stepwise", "cuda-kernels-emu+pdl", "cuda-kernels-emu-graph+pdl".
+    std::string backend() const;
     uint32_t n_threads() const;
+    // The most prompt tokens one prefill step runs: BackendOptions::batch, or less where the backend holds less (the
+    // CUDA backends: what each SM's scratch holds); 0 where prompts run token by token (batch 1).
+    uint32_t prefill_chunk() const;
     Schedule schedule() const;
 
     struct Impl;

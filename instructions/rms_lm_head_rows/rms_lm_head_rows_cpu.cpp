@@ -21,8 +21,14 @@ void RmsLmHeadRowsOp::run_cpu(const Instruction& ins, OpContext& ctx) {
                  xn.data() + size_t(j) * a.d_model);
     float* logits = ctx.f32(a.logits_off);
     ColumnDots dots(ctx, xn.data(), a.d_model, cols);
-    for_each_tile_row_dots(ctx, a.weight, dots, cols, [&](uint32_t row, const float* dot) {
-        for (uint32_t j = 0; j < cols; ++j) logits[size_t(j) * a.vocab + row] = dot[j];
+    // A tile's dots are (rows, cols); each token's logits row takes the tile's rows as one contiguous run (written
+    // row by row, a token's value at a time, every row touched cols cache lines: 9% of a 128-token perplexity chunk).
+    for_each_tile_dots(ctx, dots, cols, [&](const Tile& tile, const float* out) {
+        if (tile.weight != a.weight) return;
+        for (uint32_t j = 0; j < cols; ++j) {
+            float* dst = logits + size_t(j) * a.vocab + tile.row_begin;
+            for (uint32_t r = 0; r < tile.n_rows; ++r) dst[r] = out[size_t(r) * cols + j];
+        }
     });
 }
 

@@ -201,6 +201,7 @@ void Session::cancel() { impl_->cancel.store(true); }
 
 std::string Session::backend() const { return impl_->engine.program().backend_name(); }
 uint32_t Session::n_threads() const { return impl_->engine.program().n_threads(); }
+uint32_t Session::prefill_chunk() const { return impl_->engine.program().prefill_tokens(); }
 
 Schedule Session::schedule() const {
     auto impl = std::make_shared<Schedule::Impl>();

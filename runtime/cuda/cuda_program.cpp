@@ -228,7 +228,11 @@ public:
     void reset() override { host_.reset_position(); }
     const Schedule& schedule() const override { return gpus_[0]->state->schedule; }
     uint32_t ctx_len() const override { return gpus_[0]->state->ctx_len; }
+#ifdef MK_CUDA_EMU
+    const char* backend_name() const override { return options_.stepwise ? "cuda-emu-stepwise" : "cuda-emu"; }
+#else
     const char* backend_name() const override { return options_.stepwise ? "cuda-stepwise" : "cuda"; }
+#endif
     uint32_t n_threads() const override { return 1; }
 
 private:

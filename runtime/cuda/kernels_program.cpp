@@ -153,7 +153,13 @@ public:
     }
     const Schedule& schedule() const override { return state_->schedule; }
     uint32_t ctx_len() const override { return state_->ctx_len; }
+#ifdef MK_CUDA_EMU
+    const char* backend_name() const override {
+        return options_.graph ? "cuda-kernels-emu-graph+pdl" : "cuda-kernels-emu+pdl";
+    }
+#else
     const char* backend_name() const override { return options_.graph ? "cuda-kernels-graph+pdl" : "cuda-kernels+pdl"; }
+#endif
     uint32_t n_threads() const override { return 1; }
 
 private:

@@ -67,9 +67,18 @@ if(TARGET mk)
   mk_oracle_test(oracle.perplexity SETUP oracle_perplexity TIMEOUT 300
     COMMAND ${_ref}/perplexity_oracle.py oracle --skip-if-missing --model ${_oracle_model} --ctx 128 --chunks 4
             --text ${PROJECT_SOURCE_DIR}/tests/data/declaration-gettysburg.txt --out ${MK_TESTDATA}/perplexity_oracle.json)
+  # A chunk in prefill steps keeping every token's logits: at the default -b (one step a chunk), in uneven steps
+  # (-b 50: 50, 50, 27) and token by token (-b 1).
   mk_oracle_test(perplexity.smollm2 TIMEOUT 300
     COMMAND ${_ref}/perplexity_oracle.py check --mk $<TARGET_FILE:mk> --oracle ${MK_TESTDATA}/perplexity_oracle.json)
-  set_tests_properties(perplexity.smollm2 PROPERTIES FIXTURES_REQUIRED "testdata;oracle_perplexity")
+  mk_oracle_test(perplexity.smollm2.b50 TIMEOUT 300
+    COMMAND ${_ref}/perplexity_oracle.py check --mk $<TARGET_FILE:mk> --oracle ${MK_TESTDATA}/perplexity_oracle.json
+            -- -b 50)
+  mk_oracle_test(perplexity.smollm2.b1 TIMEOUT 300
+    COMMAND ${_ref}/perplexity_oracle.py check --mk $<TARGET_FILE:mk> --oracle ${MK_TESTDATA}/perplexity_oracle.json
+            -- -b 1)
+  set_tests_properties(perplexity.smollm2 perplexity.smollm2.b50 perplexity.smollm2.b1
+    PROPERTIES FIXTURES_REQUIRED "testdata;oracle_perplexity")
 endif()
 
 # Synthetic models written by `mk synth`, then the oracle on the file: NAME SPEC pairs.

@@ -90,6 +90,7 @@ PY
     want=$(cat "$out")
     "$mk" generate --backend cuda-emu -m $spec -p "Hello" -n 16 --temp 0 >"$out" 2>"$err" || fail "cuda-emu failed"
     grep -q 'runs the CUDA device code in the emulator' "$err" || fail "no slowness notice on stderr"
+    grep -Eq '^mk: backend cuda-emu \([0-9]+ SMs\)$' "$err" || fail "the summary does not name the emulated backend"
     [[ $(cat "$out") == "$want" ]] || fail "cuda-emu's text differs from the cpu backend's: '$want'"
     echo "ok: cuda-emu = cpu: $want"
     ;;
@@ -105,6 +106,10 @@ PY
     "$mk" inspect "$dir/s.mks" --calibration "$dir/cal.json" >"$out" 2>"$err" || fail "mk inspect --calibration failed"
     grep -q 'measured on the CUDA emulator' "$out" || fail "no warning for an emulated calibration"
     grep -q '^cost model: device (h200 (calibrated on' "$out" || fail "the prediction is not the calibrated one"
+    # A prefill step's prediction is a step of T tokens, not a time a token.
+    "$mk" schedule -m synthetic:tiny-llama:f32 --target h200 --prefill 16 -o "$dir/p.mks" >"$out" 2>"$err" \
+      || fail "mk schedule --prefill failed"
+    grep -Eq '= [0-9.]+ ms a 16-token step \([0-9]+ tokens/s\)' "$out" || fail "no prefill step summary: $(cat "$out")"
     echo '{"mk_calibration": 1, "device": "d", "sms": 2, "emulated": false, "constants": {"fence_nanos": {"value": 1}}}' \
       >"$dir/bad.json"
     expect_error 2 "^mk: error: $dir/bad.json: constants.fence_nanos: unknown key" inspect "$dir/s.mks" \

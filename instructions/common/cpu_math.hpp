@@ -27,13 +27,22 @@ inline void rms_norm(const float* x, const WeightRef& w, float eps, uint32_t n, 
 
 inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
-// Rotates one adjacent pair (a, b) = (v[2i], v[2i+1]) by pos * inv_freq (mk's one RoPE convention).
-inline void rope_pair(float& a, float& b, int32_t pos, float inv_freq) {
+// The cosine and sine RoPE rotates a pair by at `pos` (angle pos * inv_freq, in double).
+inline void rope_cos_sin(int32_t pos, float inv_freq, float& c, float& s) {
     const double angle = double(pos) * inv_freq;
-    const float c = float(std::cos(angle)), s = float(std::sin(angle));
+    c = float(std::cos(angle)), s = float(std::sin(angle));
+}
+// Rotates one adjacent pair (a, b) = (v[2i], v[2i+1]) by the angle of (c, s).
+inline void rope_rotate(float& a, float& b, float c, float s) {
     const float x = a, y = b;
     a = x * c - y * s;
     b = x * s + y * c;
+}
+// Rotates one adjacent pair by pos * inv_freq (mk's one RoPE convention).
+inline void rope_pair(float& a, float& b, int32_t pos, float inv_freq) {
+    float c, s;
+    rope_cos_sin(pos, inv_freq, c, s);
+    rope_rotate(a, b, c, s);
 }
 
 // An op's input vector for its row dots, in the context's dot mode: q16 quantizes it on the first dot with a

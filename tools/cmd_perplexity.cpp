@@ -60,8 +60,8 @@ void run(const PerplexityCli& o) {
     backend.all_logits = true;  // every fed token's logits: a chunk runs as prefill steps, not token by token
     api::Session session = model.new_session(backend);
     const api::SpecialTokens special = model.special_tokens();
-    fmt::print(stderr, "mk: perplexity over {} chunks of {} tokens ({} tokens in {}), backend {} on {} threads\n",
-               n_chunks, n_ctx, tokens.size(), o.file, session.backend(), session.n_threads());
+    fmt::print(stderr, "mk: perplexity over {} chunk{} of {} tokens ({} tokens in {}), backend {} on {} threads\n",
+               n_chunks, n_chunks == 1 ? "" : "s", n_ctx, tokens.size(), o.file, session.backend(), session.n_threads());
 
     const size_t first = n_ctx / 2;  // the first half only gives the scored tokens a context
     double nll = 0.0, nll2 = 0.0;

@@ -26,10 +26,10 @@ smoke     25  nvidia-smi, mk devices, [cuda][smoke]
 calibrate 15  micro-kernels measure the device cost model's constants; the Llama-3.2-1B prediction re-priced
 sanitize  45  compute-sanitizer memcheck, synccheck and racecheck on [cuda][sanitize] (stepwise, tiny)
 ops       30  [cuda][ops]
-forward   55  [cuda][forward], [cuda][prefill] (chunks against the CPU), pp512 (BF16 bench model, the resident kernel, one 512-token prefill chunk: -b 512)
+forward   60  [cuda][forward], [cuda][prefill] (chunks against the CPU), pp512 (BF16 bench model, the resident kernel, one 512-token prefill chunk: -b 512)
 resident  40  [cuda][resident], the HF transformers check, each CLI mode
 tp        30  [cuda][tp], mk generate --backend cuda --tp-loopback 3 against --backend cpu
-bench     70  copy bandwidth; BF16 tg128 (megakernel -r 3, graphs+PDL and kernels+PDL -r 1, torch eager) and pp512 (one chunk on the same three, torch eager prefill), one comparison table; Q8_0, Q4_1 as time allows
+bench     65  copy bandwidth; BF16 tg128 (megakernel -r 3, graphs+PDL and kernels+PDL -r 1, torch eager) and pp512 (one chunk on the same three, torch eager prefill), one comparison table; Q8_0, Q4_1 as time allows
 compiled  15  torch.compile baseline: last, and only when the run still has this slot
 "
 budget_s=435 margin_s=20
@@ -355,8 +355,9 @@ stage_ops() { step 30 "[cuda][ops]" -- "$cuda_tests" "[cuda][ops]" "${catch_flag
 stage_forward() {
   step 30 "[cuda][forward]" -- "$cuda_tests" "[cuda][forward]" "${catch_flags[@]}"
   # Prefill chunks (every token's logits, the LM head in token blocks; a bf16 KV cache; the chunk limit) against the
-  # CPU's prefill and token-by-token logits; the TP ones run in the tp stage.
-  step 10 "[cuda][prefill]" -- "$cuda_tests" "[cuda][prefill]~[tp]" "${catch_flags[@]}"
+  # CPU's prefill and token-by-token logits; the TP ones run in the tp stage. ~20 programs of tiny models (48 s on the
+  # emulator): 15 s, as a timeout here would skip the benchmarks.
+  step 15 "[cuda][prefill]" -- "$cuda_tests" "[cuda][prefill]~[tp]" "${catch_flags[@]}"
   # The prompt path on the device: a 512-token prompt as one chunk of the prefill step (ms/token and tokens/s).
   mk_bench bf16 15 "-p 512 -n 0 -r 1" --backend cuda -b 512
 }

@@ -58,6 +58,7 @@ void run(const PerplexityCli& o) {
     BackendOptions backend = o.backend;
     backend.ctx_len = o.ctx;
     backend.all_logits = true;  // every fed token's logits: a chunk runs as prefill steps, not token by token
+    backend.batch = std::min(backend.batch, o.ctx);  // a feed holds at most CTX - 1 tokens: no longer step compiled
     api::Session session = model.new_session(backend);
     const api::SpecialTokens special = model.special_tokens();
     fmt::print(stderr, "mk: perplexity over {} chunk{} of {} tokens ({} tokens in {}), backend {} on {} threads\n",

@@ -59,6 +59,7 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
     const uint32_t chunk = program_->prefill_tokens();
     for (size_t i = n_past; i < history.size();) {
         const size_t n = chunk ? std::min<size_t>(chunk, history.size() - i) : 1;
+        ++stats.n_weight_passes;
         if (chunk) {
             program_->prefill(std::span(history.data() + i, n), int32_t(i));
         } else {
@@ -99,6 +100,7 @@ GenerateStats Engine::generate(std::span<const int32_t> prompt, const GenerateOp
         }
         next = program_->step(next, pos++, options.sampling, history);
         stats.n_eval_steps++;
+        stats.n_weight_passes++;
         stats.n_past = pos;
         if (options.cancel && options.cancel->load()) stats.cancelled = true;
     }
@@ -141,6 +143,7 @@ GenerateStats Engine::generate_on_device(std::span<const int32_t> prompt, const 
     stats.n_generated = int32_t(n_tokens);
     stats.n_past = int32_t(r.n_steps);
     stats.n_eval_steps = int32_t(n_run);
+    stats.n_weight_passes = int32_t(r.n_passes);
     stats.context_full = n_new < uint32_t(options.n_predict) && n_tokens == n_new && !stats.stopped_at_eog && !r.cancelled;
     stats.cancelled = r.cancelled && options.cancel && options.cancel->load();
     // One command: the prompt's time runs to the first token, generation's from there to the end.

@@ -27,6 +27,7 @@ struct GenerateOptions {
 struct GenerateStats {
     int32_t n_prompt = 0, n_generated = 0;
     int32_t n_eval_steps = 0;  // decode steps after the prompt (the first token comes from the prompt's last step)
+    int32_t n_weight_passes = 0;  // steps that read the weights once: the prompt's prefill chunks or steps, then decode
     double prompt_ms = 0, eval_ms = 0;
     int32_t n_past = 0;  // positions in the KV cache when generate returned, past included (the last token is never run)
     bool stopped_at_eog = false, cancelled = false;

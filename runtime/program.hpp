@@ -40,6 +40,7 @@ inline bool device_loop_samples(const SamplingParams& p) { return p.temperature 
 struct DeviceLoopResult {
     std::vector<int32_t> tokens;  // every posted token, in order: the first is the prompt's last step's
     uint32_t n_steps = 0;         // steps run, so KV positions filled (the last token is never run)
+    uint32_t n_passes = 0;        // passes over the weights: the prompt's prefill chunks, then the device's steps
     bool stopped = false;         // ended before n_new tokens: a stop token or a cancellation
     bool cancelled = false;       // ended by the host (cancel, or on_token returned false)
     double first_token_ms = 0, total_ms = 0;  // from posting the command: the first token seen, the end

@@ -29,6 +29,7 @@ struct BenchResult {
     std::string test;
     int32_t n_tokens = 0;
     std::vector<double> tokens_per_s;
+    double passes_per_token = 1;  // passes over the weights per token (a prompt's: one a prefill chunk)
     double mean() const {
         double s = 0;
         for (double v : tokens_per_s) s += v;
@@ -44,9 +45,12 @@ struct BenchResult {
 
 // Tokens/s of `n` steps from position 0, greedy, as one generation through the API, so a backend that
 // runs the generation loop on its device (the resident CUDA kernel) gets it as one command: tgN generates
-// n tokens from a one-token prompt, ppN feeds an n-token prompt (a fixed pseudo-random token stream; on the
-// cpu backend in prefill chunks of --batch tokens).
-double time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) {
+// n tokens from a one-token prompt, ppN feeds an n-token prompt (a fixed pseudo-random token stream, in prefill
+// chunks of --batch tokens; the resident kernel runs its last token as the device loop's first step).
+struct Timed {
+    double tokens_per_s, passes_per_token;  // the latter: the weights' passes (GenerateResult::n_weight_passes) a token
+};
+Timed time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) {
     std::vector<int32_t> tokens(size_t(prompt ? n : 1));
     for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = int32_t((1 + int64_t(p) * 7919) % vocab);
     api::GenerateOptions options;
@@ -56,15 +60,11 @@ double time_steps(api::Session& session, int32_t n, int32_t vocab, bool prompt) 
     const api::GenerateResult r = session.generate(std::span<const int32_t>(tokens), options);
     const int32_t steps = r.n_prompt + r.n_eval_steps;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return steps / s;
+    return {steps / s, double(r.n_weight_passes) / steps};
 }
 
-// The weight GB/s a test achieves: a generated token reads the weights once, a prompt once a prefill chunk (of
-// `chunk` tokens; 0: token by token).
-double weight_gbs(const BenchResult& r, double gb_per_token, uint32_t chunk) {
-    const double reads_per_token = r.test[0] == 'p' && chunk ? std::ceil(double(r.n_tokens) / chunk) / r.n_tokens : 1.0;
-    return r.mean() * reads_per_token * gb_per_token;
-}
+// The weight GB/s a test achieves: the weights' bytes times their passes a second.
+double weight_gbs(const BenchResult& r, double gb_per_token) { return r.mean() * r.passes_per_token * gb_per_token; }
 
 }  // namespace
 
@@ -98,7 +98,9 @@ void register_bench(CLI::App& app) {
         for (BenchResult& r : results) {
             for (int32_t i = 0; i < o->reps; ++i) {
                 fmt::print(stderr, "\rmk bench: {} repetition {}/{} ...   ", r.test, i + 1, o->reps);
-                r.tokens_per_s.push_back(time_steps(session, r.n_tokens, vocab, r.test[0] == 'p'));
+                const Timed t = time_steps(session, r.n_tokens, vocab, r.test[0] == 'p');
+                r.tokens_per_s.push_back(t.tokens_per_s);
+                r.passes_per_token = t.passes_per_token;
             }
         }
         fmt::print(stderr, "\r{:60}\r", "");
@@ -107,7 +109,6 @@ void register_bench(CLI::App& app) {
         const std::string name = info.name.empty() ? std::filesystem::path(info.path).filename().string() : info.name;
         const std::string backend_name = session.backend();
         const uint32_t n_sms = session.schedule().info().n_sms, n_threads = session.n_threads();
-        const uint32_t chunk = session.prefill_chunk();
         const std::string backend_label = fmt::format("{} ({} SMs)", backend_name, n_sms);
         if (o->output == "json") {
             nlohmann::json rows = nlohmann::json::array();
@@ -116,21 +117,21 @@ void register_bench(CLI::App& app) {
                                 {"backend", backend_name}, {"sms", n_sms},
                                 {"threads", n_threads}, {"test", r.test}, {"n_tokens", r.n_tokens},
                                 {"tokens_per_s", r.mean()}, {"tokens_per_s_sd", r.sd()}, {"samples", r.tokens_per_s},
-                                {"weight_gb_per_s", weight_gbs(r, gb_per_token, chunk)}});
+                                {"weight_gb_per_s", weight_gbs(r, gb_per_token)}});
             fmt::print("{}\n", rows.dump(2));
         } else if (o->output == "csv") {
             fmt::print("model,size_bytes,params,backend,sms,threads,test,tokens_per_s,tokens_per_s_sd,weight_gb_per_s\n");
             for (const BenchResult& r : results)
                 fmt::print("\"{}\",{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", name, info.weight_bytes, info.n_params,
                            backend_name, n_sms, n_threads, r.test,
-                           r.mean(), r.sd(), weight_gbs(r, gb_per_token, chunk));
+                           r.mean(), r.sd(), weight_gbs(r, gb_per_token));
         } else {
             fmt::print("| model | size | params | backend | threads | test | t/s | GB/s |\n");
             fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
             for (const BenchResult& r : results)
                 fmt::print("| {} | {:.1f} MiB | {:.1f} M | {} | {} | {} | {:.2f} ± {:.2f} | {:.2f} |\n", name,
                            info.weight_bytes / 1048576.0, info.n_params / 1e6, backend_label, n_threads,
-                           r.test, r.mean(), r.sd(), weight_gbs(r, gb_per_token, chunk));
+                           r.test, r.mean(), r.sd(), weight_gbs(r, gb_per_token));
         }
     });
 }

@@ -36,8 +36,9 @@ void register_schedule(CLI::App& app) {
     cmd->add_option("--json", o->json, "Also write the schedule as JSON to this file");
     cmd->add_option("--target", o->backend.target, "h200 | cpu (default cpu)");
     cmd->add_option("--backend", o->backend.backend,
-                    "The backend the schedule is for: cpu | cuda | cuda-kernels (cuda pads weight rows to 16 bytes)")
-        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "auto"}));
+                    "The backend the schedule is for: cpu | cuda | cuda-kernels (cuda pads weight rows to 16 bytes) | "
+                    "cuda-emu, cuda-kernels-emu (the same schedules as cuda's, in any build)")
+        ->check(CLI::IsMember({"cpu", "cuda", "cuda-kernels", "cuda-emu", "cuda-kernels-emu", "auto"}));
     cmd->add_option("--sms", o->backend.sms, "Compile for N SMs (with --smem) instead of a named target");
     cmd->add_option("--smem", o->backend.smem_bytes, "Shared memory per SM in bytes (with --sms)");
     cmd->add_option("--policy", o->backend.policy, "critical-path | round-robin")

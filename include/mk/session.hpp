@@ -19,6 +19,8 @@ struct GenerateResult {
     std::vector<int32_t> tokens;  // the generated ids
     int32_t n_prompt = 0;         // prompt tokens (after the chat template)
     int32_t n_eval_steps = 0;     // decode steps after the prompt
+    int32_t n_weight_passes = 0;  // steps that read the weights once: the prompt's prefill chunks (or its tokens, one
+                                  // by one), then the decode steps
     int32_t n_past = 0;           // tokens in the KV cache afterwards (the last generated one is never run)
     double prompt_ms = 0.0, eval_ms = 0.0;
     bool stopped_at_end = false;  // an end-of-generation token

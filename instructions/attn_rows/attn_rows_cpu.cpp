@@ -50,7 +50,7 @@ void attend_scalar(const float* q, const float* keys, const float* values, int32
 // coefficients), 2^n added to the exponent. Below -87 the result is taken as exp(-87) ~ 1.6e-38, which a softmax
 // sum of at least 1 cannot see. std::exp per score was 10% of SmolLM2's pp512 profile (libm's scalar expf).
 MK_ATTN_AVX2 __m256 exp_nonpositive_avx2(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);  // a NaN (maxps' second operand) stays NaN, as std::exp keeps it
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     // r = x - n ln2 in two steps (ln2's high part exact in few bits, so n * it is exact).

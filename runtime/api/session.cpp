@@ -185,6 +185,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
         r.tokens = std::move(stats.tokens);
         r.n_prompt = stats.n_prompt;
         r.n_eval_steps = stats.n_eval_steps;
+        r.n_weight_passes = stats.n_weight_passes;
         r.n_past = stats.n_past;
         r.context_full = stats.context_full;
         r.prompt_ms = stats.prompt_ms;

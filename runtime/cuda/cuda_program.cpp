@@ -167,24 +167,27 @@ public:
         // With a prefill step, every prompt token but the last runs in chunks first; the last is the device loop's
         // first step, which samples the first new token.
         const uint64_t t0 = host_.now_ns();
-        uint32_t prefilled = 0;
+        uint32_t prefilled = 0, chunks = 0;
         if (has_prefill())
             for (const uint32_t chunk = prefill_tokens(); prefilled + 1 < prompt.size();) {
                 if (cancel && cancel->load()) {
                     DeviceLoopResult r;
                     r.n_steps = prefilled;
+                    r.n_passes = chunks;
                     r.stopped = r.cancelled = true;
                     return r;
                 }
                 const uint32_t n = std::min<uint32_t>(chunk, uint32_t(prompt.size()) - 1 - prefilled);
                 prefill(prompt.subspan(prefilled, n), int32_t(pos0 + prefilled));
                 prefilled += n;
+                ++chunks;
             }
         const double prefill_ms = double(host_.now_ns() - t0) / 1e6;
         resume_resident();
         last_prefill_ = 0;
         DeviceLoopResult r = host_.generate(prompt.subspan(prefilled), n_new, stop_tokens, on_token, cancel);
         first.new_step();
+        r.n_passes = chunks + r.n_steps;
         r.n_steps += prefilled;
         r.first_token_ms += prefill_ms;
         r.total_ms += prefill_ms;

@@ -392,6 +392,10 @@ TEST_CASE("CUDA prefill: chunks of T tokens match the CPU's prefill and token-by
         CHECK(got.tokens == want.tokens);
         CHECK(got.tokens.size() == 6);
         CHECK(got.n_past == want.n_past);
+        // Passes over the weights: the CPU's 3 chunks (7 + 7 + 5) and 5 decode steps; the device's 3 chunks of the
+        // first 18 tokens, then 6 steps of its loop (the prompt's last token and 5 generated ones).
+        CHECK(want.n_weight_passes == 3 + 5);
+        CHECK(got.n_weight_passes == 3 + 6);
     }
 }
 

@@ -125,8 +125,10 @@ TEST_CASE("API: prefill_chunk says how many prompt tokens a step runs", "[cpu]")
     CHECK(model.new_session(o).prefill_chunk() == 16);
     o.batch = 1;  // token by token: no prefill step
     CHECK(model.new_session(o).prefill_chunk() == 0);
-    // Every token's logits from steps of 16 (a 40-token feed: 16, 16, 8) equal those of token-by-token steps.
-    const std::vector<int32_t> prompt(40, 7);
+    // Every token's logits from steps of 16 (a 40-token feed: 16, 16, 8) equal those of token-by-token steps, row by
+    // row (varied tokens: a row written from the wrong token or into the wrong place differs).
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 40; ++i) prompt.push_back(1 + (i * 37) % (model.info().vocab_size - 1));
     o.all_logits = true;
     o.batch = 16;
     Session chunked = model.new_session(o);
@@ -137,9 +139,22 @@ TEST_CASE("API: prefill_chunk says how many prompt tokens a step runs", "[cpu]")
     const std::span<const float> a = chunked.feed_logits(), b = stepped.feed_logits();
     REQUIRE(a.size() == prompt.size() * size_t(model.info().vocab_size));
     REQUIRE(b.size() == a.size());
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
-    CHECK(std::sqrt(diff / norm) < 1e-3);  // q16 dots (README: logits within ~1e-3)
+    const size_t vocab = size_t(model.info().vocab_size);
+    for (size_t j = 0; j < prompt.size(); ++j) {
+        double diff = 0, norm = 0;
+        for (size_t i = j * vocab; i < (j + 1) * vocab; ++i)
+            diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(b[i]) * b[i];
+        INFO("token " << j);
+        CHECK(std::sqrt(diff / norm) < 1e-3);  // q16 dots (README: logits within ~1e-3)
+    }
+    // A generation's passes over the weights: its prompt's prefill steps, then its decode steps.
+    o.all_logits = false;
+    o.batch = 16;
+    Session session = model.new_session(o);
+    GenerateOptions g = greedy(3);
+    const GenerateResult r = session.generate(std::span<const int32_t>(prompt), g);
+    CHECK(r.n_weight_passes == 3 + r.n_eval_steps);  // 16 + 16 + 8
+    CHECK(r.n_eval_steps == 2);
 }
 
 TEST_CASE("API: streaming back-pressure, callback exceptions and cancel", "[cpu]") {

@@ -45,6 +45,13 @@ void attend_scalar(const float* q, const float* keys, const float* values, int32
 }
 
 #if defined(__x86_64__)
+// The 8 lanes summed in a fixed tree, ((0+4)+(2+6)) + ((1+5)+(3+7)).
+MK_ATTN_AVX2 float hsum_avx2(__m256 v) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
 // exp(x) of 8 values x <= 0 (scores less their max), within 1 ulp of the correctly rounded exp (measured at 2e7
 // points of [-87, 0]): x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-7 polynomial (the Cephes expf
 // coefficients), 2^n added to the exponent. Below -87 the result is taken as exp(-87) ~ 1.6e-38, which a softmax
@@ -75,9 +82,7 @@ MK_ATTN_AVX2 void attend_avx2(const float* q, const float* keys, const float* va
         const float* k = keys + size_t(t) * hd;
         __m256 acc = _mm256_setzero_ps();
         for (uint32_t i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
-        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        scores[t] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))) * scale;
+        scores[t] = hsum_avx2(acc) * scale;
         m = std::max(m, scores[t]);
     }
     // The weights p = exp(score - m) in place, and their sum l.
@@ -89,9 +94,7 @@ MK_ATTN_AVX2 void attend_avx2(const float* q, const float* keys, const float* va
         _mm256_storeu_ps(scores + t, p);
         sum = _mm256_add_ps(sum, p);
     }
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    float l = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+    float l = hsum_avx2(sum);
     for (; t < visible; ++t) l += scores[t] = std::exp(scores[t] - m);
     __m256 out[32];
     const uint32_t n_vec = hd / 8;

@@ -99,7 +99,7 @@ struct Q16Columns {
 };
 // A staged tile's rows against a chunk's columns: out[r * n_cols + c] = dot_row_q16(dtype, rows + r * row_bytes,
 // column c, n) up to float rounding, for r < n_rows, c < cols.n_cols (AVX-512 VNNI: 4 rows x 32 columns in
-// registers, each row pair of values broadcast against 16 columns).
+// registers, each row pair of values broadcast against 16 columns; AVX2: 4 rows x 16 columns, against 8).
 // `next` (next_bytes long, may be null) is the tile that comes after: the AVX-512 kernel prefetches it into L2
 // across its passes, so the next tile's decode does not wait on memory.
 void dot_rows_q16_cols(DType dtype, const void* rows, uint32_t n_rows, uint64_t row_bytes, const Q16Columns& cols,

@@ -59,6 +59,14 @@ MK_AVX2 inline __m256i unpack_nibbles(const uint8_t* p) {
     return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
 }
 
+// 16 bytes of nibbles widened to words (byte j -> word j): the low nibbles are values 0-15, the
+// high ones (already alone in the word's low byte) values 16-31.
+MK_AVX2 inline void nibble_words(const uint8_t* p, __m256i& lo, __m256i& hi) {
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm256_and_si256(words, _mm256_set1_epi16(0x0f));
+    hi = _mm256_srli_epi16(words, 4);
+}
+
 MK_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // [x.d, x.sum, 0, 0]: an activation block's two scales, adjacent at the start of BlockQ16.

@@ -44,14 +44,6 @@ MK_AVX2 inline __m256 dot_i16(__m256i a0, __m256i a1, const BlockQ16& x) {
     return _mm256_cvtepi32_ps(p);
 }
 
-// 16 bytes of nibbles widened to words (byte j -> word j): the low nibbles are values 0-15, the
-// high ones (already alone in the word's low byte) values 16-31.
-MK_AVX2 inline void nibbles_i16(const uint8_t* p, __m256i& lo, __m256i& hi) {
-    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    lo = _mm256_and_si256(words, _mm256_set1_epi16(0x0f));
-    hi = _mm256_srli_epi16(words, 4);
-}
-
 struct StepQ8_0 {
     static constexpr int kBytes = Q8_0::kBytes;
     static constexpr float kOffsetScale = 0;
@@ -68,7 +60,7 @@ struct StepQ4_0 {
     static constexpr float kOffsetScale = -8;
     MK_AVX2 static void step(__m256& acc, __m128& offset, const uint8_t* w, const BlockQ16& x) {
         __m256i lo, hi;
-        nibbles_i16(w + 2, lo, hi);
+        nibble_words(w + 2, lo, hi);
         const __m128 s = scales_d_d(w, x);
         offset = _mm_add_ps(offset, s);
         acc = _mm256_fmadd_ps(dot_i16(lo, hi, x), _mm256_broadcastss_ps(s), acc);
@@ -81,7 +73,7 @@ struct StepQ4_1 {
     static constexpr float kOffsetScale = 1;
     MK_AVX2 static void step(__m256& acc, __m128& offset, const uint8_t* w, const BlockQ16& x) {
         __m256i lo, hi;
-        nibbles_i16(w + 4, lo, hi);
+        nibble_words(w + 4, lo, hi);
         const __m128 s = scales_d_m(w, x);
         offset = _mm_add_ps(offset, s);
         acc = _mm256_fmadd_ps(dot_i16(lo, hi, x), _mm256_broadcastss_ps(s), acc);
@@ -110,7 +102,7 @@ struct WideQ4_0 {
     __m256i a0, a1;
     __m128 s;  // [d, d, -, -]
     MK_AVX2 explicit WideQ4_0(const uint8_t* w) {
-        nibbles_i16(w + 2, a0, a1);
+        nibble_words(w + 2, a0, a1);
         uint16_t d;
         std::memcpy(&d, w, 2);
         s = _mm_moveldup_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
@@ -122,7 +114,7 @@ struct WideQ4_1 {
     __m256i a0, a1;
     __m128 s;  // [d, m, -, -]
     MK_AVX2 explicit WideQ4_1(const uint8_t* w) {
-        nibbles_i16(w + 4, a0, a1);
+        nibble_words(w + 4, a0, a1);
         uint32_t dm;
         std::memcpy(&dm, w, 4);
         s = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dm)));

@@ -10,6 +10,7 @@
 
 #include "models/quant_formats.hpp"
 #include "models/quant_kernels.hpp"
+#include "models/quant_tile.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -71,20 +72,12 @@ struct TileQ4_1 {
 
 constexpr uint32_t kRows = 4;
 
-// The tile's rows decoded once: 64-byte aligned words (row r at words + r * n) and per-block scales and offsets.
-// Thread-local: one tile per thread at a time.
-struct Scratch {
-    std::vector<int16_t> words;
-    std::vector<float> row_scale, row_offset;  // (n_rows, nb)
-};
-
+// The tile's rows decoded once (64-byte aligned words for the aligned 512-bit loads).
 template <typename W>
-MK_AVX512 const int16_t* decode_rows(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, int64_t n, Scratch& t) {
+MK_AVX512 const int16_t* decode_rows(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, int64_t n,
+                                     tile::DecodedRows& t) {
     const int64_t nb = n / 32;
-    t.words.resize(size_t(n_rows * n) + 32);  // + 32: room to align the start to 64 bytes
-    t.row_scale.resize(size_t(n_rows * nb));
-    t.row_offset.resize(size_t(n_rows * nb));
-    int16_t* words = t.words.data() + (64 - reinterpret_cast<uintptr_t>(t.words.data()) % 64) % 64 / 2;
+    int16_t* words = t.resize(n_rows, n, 64);
     for (uint32_t r = 0; r < n_rows; ++r)
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* w = rows + r * row_bytes + b * W::kBytes;
@@ -145,28 +138,19 @@ MK_AVX512 void dot_tile(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes
                         const uint8_t* next, uint64_t next_bytes) {
     const int64_t n = cols.n, nb = n / 32;
     const uint32_t n_cols = cols.n_cols;
-    thread_local Scratch t;
+    thread_local tile::DecodedRows t;
     const int16_t* words = decode_rows<W>(rows, n_rows, row_bytes, n, t);
-    // The next tile's cache lines, spread over the passes (prefetched to L2 while the passes compute).
-    const uint64_t n_passes = uint64_t(cols.n_groups / 2) * ((n_rows + kRows - 1) / kRows);
-    const uint64_t lines = (next_bytes + 63) / 64, lines_per_pass = n_passes ? (lines + n_passes - 1) / n_passes : 0;
-    uint64_t line = 0;
+    tile::NextTilePrefetch prefetch(next, next_bytes, uint64_t(cols.n_groups / 2) * ((n_rows + kRows - 1) / kRows));
     for (uint32_t g = 0; g < cols.n_groups; g += 2) {
         const int16_t *q0 = cols.q + g * nb * 512, *q1 = q0 + nb * 512;
         const float *d0 = cols.d + g * nb * 16, *d1 = d0 + nb * 16;
         const float *s0 = cols.sum + g * nb * 16, *s1 = s0 + nb * 16;
         for (uint32_t r = 0; r < n_rows; r += kRows) {
-            for (uint64_t k = 0; k < lines_per_pass && line < lines; ++k, ++line)
-                _mm_prefetch(reinterpret_cast<const char*>(next + line * 64), _MM_HINT_T1);
-            const uint32_t n_r = std::min(kRows, n_rows - r);
-            const int16_t* w[kRows];
-            const float *rs[kRows], *ro[kRows];
-            for (uint32_t i = 0; i < kRows; ++i) {
-                const uint32_t row = r + std::min(i, n_r - 1);
-                w[i] = words + row * n, rs[i] = &t.row_scale[row * nb], ro[i] = &t.row_offset[row * nb];
-            }
+            prefetch.pass();
+            const tile::PassRows<kRows> pass(words, t, r, n_rows, n);
+            const uint32_t n_r = pass.count;
             __m512 acc[2 * kRows];
-            rows_x32<W::kOffset>(w, rs, ro, q0, q1, d0, d1, s0, s1, nb, acc);
+            rows_x32<W::kOffset>(pass.words, pass.scale, pass.offset, q0, q1, d0, d1, s0, s1, nb, acc);
             for (uint32_t i = 0; i < n_r; ++i)
                 for (uint32_t h = 0; h < 2; ++h) {
                     const uint32_t c = (g + h) * 16;

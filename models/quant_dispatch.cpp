@@ -62,6 +62,7 @@ Tables build_tables() {
         quant::add_avx2_dots(avx2);
         quant::add_avx2_k_dots(avx2);
         quant::add_avx2_q16(avx2);
+        quant::add_avx2_tile(avx2);
     }
     CpuKernels& avx512 = t.kernels[int(CpuIsa::Avx512)];
     avx512 = avx2;

@@ -37,6 +37,7 @@ void add_avx2_dots(CpuKernels& k);    // quant_avx2.cpp: F32, F16, BF16, Q8_0, Q
 void add_avx2_k_dots(CpuKernels& k);  // quant_avx2_k.cpp: Q4_K, Q6_K
 void add_scalar_q16(CpuKernels& k);   // quant_q16.cpp
 void add_avx2_q16(CpuKernels& k);     // quant_avx2_q16.cpp
+void add_avx2_tile(CpuKernels& k);    // quant_avx2_tile.cpp: the prefill tile kernels without AVX-512
 void add_avx512_q16(CpuKernels& k);   // quant_avx512_q16.cpp: the prefill tile kernels
 
 }  // namespace mk::quant

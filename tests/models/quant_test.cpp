@@ -503,37 +503,67 @@ TEST_CASE("quant: a row against several columns equals one dot per column", "[cp
     }
 }
 
-TEST_CASE("quant: a tile of rows against a chunk's columns equals one dot per pair", "[cpu]") {
-    // dot_rows_q16_cols (the prefill tile kernel; on AVX-512 VNNI 4 rows x 32 columns per pass, columns in groups
-    // of 16 padded with zeros, Q4's offset per block): 1..9 rows cover full passes and short ones; 1..9, 16, 17, 31,
-    // 32, 33 and 47 columns cover the column-kernel fallback (under 4), one and two groups, and padded ones.
-    const int64_t n = 256;
-    for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-        const uint64_t row_bytes = mk::row_bytes(dtype, n);
-        std::vector<uint8_t> rows(row_bytes * 9);
-        for (uint32_t r = 0; r < 9; ++r) {
-            const std::vector<float> w = random_values(size_t(n), -1.0f, 1.0f, 200 + r);
-            mk::quantize_row(dtype, w.data(), rows.data() + r * row_bytes, n);
-        }
-        const uint32_t max_cols = 47;
-        std::vector<mk::BlockQ16> xq(size_t(n / 32 * max_cols));
-        for (uint32_t c = 0; c < max_cols; ++c) {
-            const std::vector<float> x = random_values(size_t(n), -2.0f, 2.0f, 300 + c);
-            mk::quantize_activations_q16(x.data(), n, xq.data() + c * (n / 32));
-        }
-        for (uint32_t n_rows = 1; n_rows <= 9; ++n_rows)
-            for (uint32_t n_cols : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 16u, 17u, 31u, 32u, 33u, max_cols}) {
-                mk::Q16Columns cols;
-                cols.split(xq.data(), n, n_cols);
-                std::vector<float> out(size_t(n_rows) * n_cols + 1, -7.0f);
-                mk::dot_rows_q16_cols(dtype, rows.data(), n_rows, row_bytes, cols, out.data());
-                for (uint32_t r = 0; r < n_rows; ++r)
-                    for (uint32_t c = 0; c < n_cols; ++c) {
-                        INFO(mk::dtype_name(dtype) << " " << n_rows << " x " << n_cols << ", row " << r << " column " << c);
-                        const float one = mk::dot_row_q16(dtype, rows.data() + r * row_bytes, xq.data() + c * (n / 32), n);
-                        CHECK(out[r * n_cols + c] == Approx(one).epsilon(1e-5).margin(1e-5));
-                    }
-                CHECK(out.back() == -7.0f);  // nothing past the tile's outputs
-            }
+namespace {
+
+// The float64 dot of a decoded weight row with a column of q16 blocks (value q * d), and the sum of the products'
+// magnitudes, which bounds fp32 rounding.
+struct QuantDot {
+    double dot = 0, magnitude = 0;
+};
+QuantDot quant_dot(const std::vector<float>& w, const mk::BlockQ16* x, int64_t n) {
+    QuantDot out;
+    for (int64_t i = 0; i < n; ++i) {
+        const double p = double(w[size_t(i)]) * x[i / 32].q[i % 32] * x[i / 32].d;
+        out.dot += p, out.magnitude += std::abs(p);
     }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("quant: a tile of rows against a chunk's columns equals one dot per pair", "[cpu]") {
+    // dot_rows_q16_cols (the prefill tile kernel; 4 rows x 32 columns per pass on AVX-512 VNNI, 16 on AVX2; columns
+    // in groups of 16 padded with zeros, Q4's offset per block): 1..9 rows cover full passes and short ones; 1..9, 16,
+    // 17, 31, 32, 33 and 47 columns cover the column-kernel fallback (under 4), one and two groups, and padded ones.
+    // 2,112 values (66 blocks) x up to 81 columns cover the AVX2 kernel's runs of 32 blocks and blocks of 64 columns,
+    // each with a short last one.
+    for (const int64_t n : {int64_t(256), int64_t(2112)})
+        for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+            const uint64_t row_bytes = mk::row_bytes(dtype, n);
+            std::vector<uint8_t> rows(row_bytes * 9);
+            std::vector<std::vector<float>> weights(9, std::vector<float>(size_t(n)));  // as decoded
+            for (uint32_t r = 0; r < 9; ++r) {
+                const std::vector<float> w = random_values(size_t(n), -1.0f, 1.0f, 200 + r);
+                mk::quantize_row(dtype, w.data(), rows.data() + r * row_bytes, n);
+                mk::dequantize_row(dtype, rows.data() + r * row_bytes, weights[r].data(), n);
+            }
+            const uint32_t max_cols = n == 256 ? 47 : 81;
+            std::vector<mk::BlockQ16> xq(size_t(n / 32 * max_cols));
+            for (uint32_t c = 0; c < max_cols; ++c) {
+                const std::vector<float> x = random_values(size_t(n), -2.0f, 2.0f, 300 + c);
+                mk::quantize_activations_q16(x.data(), n, xq.data() + c * (n / 32));
+            }
+            const std::vector<uint32_t> widths = n == 256 ? std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 32, 33, 47}
+                                                          : std::vector<uint32_t>{4, 17, 64, 70, 81};
+            for (uint32_t n_rows = 1; n_rows <= 9; ++n_rows)
+                for (uint32_t n_cols : widths) {
+                    mk::Q16Columns cols;
+                    cols.split(xq.data(), n, n_cols);
+                    std::vector<float> out(size_t(n_rows) * n_cols + 1, -7.0f);
+                    mk::dot_rows_q16_cols(dtype, rows.data(), n_rows, row_bytes, cols, out.data());
+                    for (uint32_t r = 0; r < n_rows; ++r)
+                        for (uint32_t c = 0; c < n_cols; ++c) {
+                            INFO(mk::dtype_name(dtype) << " " << n << " values, " << n_rows << " x " << n_cols << ", row "
+                                                       << r << " column " << c);
+                            // Both kernels against the float64 dot of the decoded values, within fp32 rounding of
+                            // the products' magnitudes (Q4's offsets cancel: a few 1e-8 of it seen, 1e-6 allowed).
+                            const QuantDot ref = quant_dot(weights[r], xq.data() + c * (n / 32), n);
+                            const float one =
+                                mk::dot_row_q16(dtype, rows.data() + r * row_bytes, xq.data() + c * (n / 32), n);
+                            CHECK(std::abs(out[r * n_cols + c] - ref.dot) <= 1e-6 * ref.magnitude + 1e-6);
+                            CHECK(std::abs(one - ref.dot) <= 1e-6 * ref.magnitude + 1e-6);
+                        }
+                    CHECK(out.back() == -7.0f);  // nothing past the tile's outputs
+                }
+        }
 }

@@ -147,8 +147,7 @@ MK_AVX2 void dot_tile(const uint8_t* rows, uint32_t n_rows, uint64_t row_bytes, 
                     __m256 acc[2 * kRows];
                     for (uint32_t i = 0; i < kRows; ++i)
                         for (uint32_t h = 0; h < 2; ++h)
-                            acc[2 * i + h] =
-                                _mm256_load_ps(sums + (size_t(r + std::min(i, n_r - 1)) * octs + c / 8 + h) * 8);
+                            acc[2 * i + h] = _mm256_load_ps(sums + (size_t(pass.row(i)) * octs + c / 8 + h) * 8);
                     rows_x16<W::kOffset>(pass.words, pass.scale, pass.offset, q, d, s, b, std::min(nb, b + kRunBlocks),
                                          acc);
                     for (uint32_t i = 0; i < n_r; ++i)

@@ -32,15 +32,17 @@ struct PassRows {
     const int16_t* words[kRows];
     const float* scale[kRows];
     const float* offset[kRows];
-    uint32_t count;  // the rows that are the tile's
+    uint32_t first, count;  // the pass's first row, and its rows that are the tile's
     PassRows(const int16_t* decoded, const DecodedRows& t, uint32_t r, uint32_t n_rows, int64_t n)
-        : count(std::min(kRows, n_rows - r)) {
+        : first(r), count(std::min(kRows, n_rows - r)) {
         const int64_t nb = n / 32;
         for (uint32_t i = 0; i < kRows; ++i) {
-            const uint32_t row = r + std::min(i, count - 1);
-            words[i] = decoded + row * n, scale[i] = &t.row_scale[row * nb], offset[i] = &t.row_offset[row * nb];
+            const uint32_t at = row(i);
+            words[i] = decoded + at * n, scale[i] = &t.row_scale[at * nb], offset[i] = &t.row_offset[at * nb];
         }
     }
+    // The tile row the pass's row i reads.
+    uint32_t row(uint32_t i) const { return first + std::min(i, count - 1); }
 };
 
 // The next tile's cache lines (`next`, `bytes`; null: none), spread over a kernel's n_passes passes: pass() before

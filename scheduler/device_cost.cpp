@@ -114,6 +114,7 @@ struct RowsWork {
     uint64_t mma_conversions = 0;   // of which type conversions
     uint64_t team_barriers = 0;     // the block formats' staging: two a k-step of a pass
     uint64_t l2_bytes = 0;      // activations from L2: the inputs as often as read (and the scales' pass), the outputs
+    double chain_ns = 0;        // the passes' k-step chains on the busiest scheduler (mma_k_step_ns)
 };
 
 // `op`: the op's name (rms_* norm their inputs).
@@ -132,8 +133,24 @@ double mma_issue_ns(uint64_t instructions, uint64_t conversions, uint64_t barrie
            double(barriers) * m.barrier_ns;
 }
 
+// One pass's k-step on the busiest of the SM's 4 schedulers (rows_math.cuh's mma_row_token_dots): each busy warp
+// takes `per_warp` chunks of 8 tokens, each chunk's inputs loaded before its MMAs (`chunk_flops` a k-step: the pass's
+// tiles, 2 k16 halves, the format's products): from L1 once their prefetch, issued mma_prefetch_k_steps earlier (1
+// for two chunks a warp), is back from L2, else an L2 round trip each. The scheduler's warps interleave, so a k-step
+// takes the longer of their MMAs one after another and one warp's own chain. Without a tensor-core rate: 0.
+double mma_k_step_ns(uint32_t busy_warps, uint32_t per_warp, double chunk_flops, const DeviceModel& m) {
+    if (m.sm_tensor_gflops <= 0 || busy_warps == 0) return 0.0;
+    const double chunk_ns = chunk_flops / (m.sm_tensor_gflops / 4);  // on a scheduler's quarter of the tensor cores
+    const double on_scheduler = std::ceil(busy_warps / 4.0) * per_warp * chunk_ns;
+    const uint32_t ahead = std::min(m.code.mma_prefetch_k_steps, per_warp == 1 ? 2u : 1u);
+    const double warp = ahead ? std::max(per_warp * (m.l1_load_ns + chunk_ns), m.l2_load_ns / ahead)
+                              : per_warp * (m.l2_load_ns + chunk_ns);
+    return std::max(on_scheduler, warp);
+}
+
 RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& plan, const Cost& cost,
-                   const KernelStructure& code) {
+                   const DeviceModel& m) {
+    const KernelStructure& code = m.code;
     RowsWork w;
     w.normed = op.rfind("rms_", 0) == 0;
     w.mma = !plan.tiles.empty() && !plan.tiles[0].whole_rows();
@@ -155,6 +172,13 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         w.mma_conversions += chunk_steps * code.mma_chunk_step_conversions;
         const bool staged = mma_block_format(dtype);
         if (staged) w.team_barriers += (s.weights[first.weight].cols / 32) * code.mma_stage_step_barriers;  // a pass's
+        // The pass's k-step chain: its tiles (a slice's), chunks dealt to the warps round robin.
+        const uint32_t chunks = uint32_t(chunk_tokens / 8), pass_tiles = std::max(1u, first.pass_tiles);
+        const double chunk_flops = 2.0 * kMmaGroupRows * 32 * 8 * pass_tiles * mma_products(dtype) +
+                                   (sums ? 2.0 * kMmaGroupRows * 32 * 8 * 2 : 0.0);
+        const uint32_t busy = std::min(chunks, code.consumer_warps);
+        w.chain_ns += double((s.weights[first.weight].cols + 31) / 32) *
+                      mma_k_step_ns(busy, mma_chunks_per_warp(chunks * 8, code.consumer_warps), chunk_flops, m);
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);
@@ -370,7 +394,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         // from L2, which the first block's instruction filled in the same wave: gemm_tiling), the inputs from L2 as
         // often as rows_math.cuh reads them, and the dots on tensor cores (MMA tiles) or CUDA cores.
         const PagePlan plan = plan_of(s, ins);
-        const RowsWork work = rows_work(s, name, plan, cost, m.code);
+        const RowsWork work = rows_work(s, name, plan, cost, m);
         // A model without an L2 rate prices L2 reads at the DRAM share; one without tensor cores, every flop on the
         // CUDA cores.
         const double l2_bytes_per_ns = m.l2_gbs > 0 ? m.l2_gbs / s.target.n_sms : fill_bytes_per_ns;
@@ -382,7 +406,7 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
         if (work.normed) t.prologue_ns = m.l2_load_ns + 3 * m.barrier_ns;
         // A later block's rows share the SM's L2 rate with its inputs.
         const uint64_t l2_bytes = work.l2_bytes + (cost.later_token_block ? work.weight_bytes : 0);
-        t.consume_ns = t.prologue_ns + std::max({double(l2_bytes) / l2_bytes_per_ns, math_ns, issue_ns});
+        t.consume_ns = t.prologue_ns + std::max({double(l2_bytes) / l2_bytes_per_ns, math_ns, issue_ns, work.chain_ns});
         t.fill_bytes_per_ns = cost.later_token_block ? l2_bytes_per_ns : 0.0;
         t.load_ns = double(work.weight_bytes) / (cost.later_token_block ? l2_bytes_per_ns : fill_bytes_per_ns);
         for (const Tile& tile : plan.tiles) t.tile_bytes.push_back(tile.bytes);
@@ -402,9 +426,10 @@ DeviceTime device_instruction_time(const Schedule& s, const Instruction& ins, ui
 }
 
 const char* PrefillBounds::bound() const {
-    const double parts[5] = {dram_ms, l2_ms, tensor_ms, issue_ms, other_ms};
-    const char* names[5] = {"DRAM bytes", "L2 bytes", "tensor-core flops", "instruction issue", "other flops"};
-    return names[std::max_element(parts, parts + 5) - parts];
+    const double parts[6] = {dram_ms, l2_ms, tensor_ms, issue_ms, chain_ms, other_ms};
+    const char* names[6] = {"DRAM bytes",        "L2 bytes",    "tensor-core flops", "instruction issue",
+                            "k-step round trips", "other flops"};
+    return names[std::max_element(parts, parts + 6) - parts];
 }
 
 PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t position) {
@@ -426,7 +451,7 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t p
                 b.other_flops += cost.flops;
                 continue;
             }
-            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m.code);
+            const RowsWork work = rows_work(s, op.name, plan_of(s, ins), cost, m);
             (cost.later_token_block ? b.l2_bytes : b.dram_bytes) += work.weight_bytes;
             b.l2_bytes += work.l2_bytes;
             const bool tensor = work.mma && m.sm_tensor_gflops > 0;
@@ -434,6 +459,7 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t p
             b.mma_instructions += work.mma_instructions;
             b.mma_conversions += work.mma_conversions;
             b.team_barriers += work.team_barriers;
+            b.chain_ns += work.chain_ns;
         }
     const double n = double(s.streams.size());
     b.dram_ms = double(b.dram_bytes) / s.target.bandwidth_gbs / 1e6;
@@ -441,6 +467,7 @@ PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t p
     b.tensor_ms = b.tensor_flops ? double(b.tensor_flops) / (n * m.sm_tensor_gflops) / 1e6 : 0.0;
     b.other_ms = double(b.other_flops) / (n * s.target.sm_gflops) / 1e6;
     b.issue_ms = mma_issue_ns(b.mma_instructions, b.mma_conversions, b.team_barriers, m) / n / 1e6;
+    b.chain_ms = b.chain_ns / n / 1e6;
     return b;
 }
 

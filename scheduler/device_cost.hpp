@@ -94,13 +94,24 @@ struct KernelStructure {
     uint32_t mma_stage_step_instructions = 90;
     uint32_t mma_stage_step_conversions = 2;  // the scales (Q4_1: and mins) from f16, 8 lanes of each of 2 warps
     uint32_t mma_stage_step_barriers = 2;     // a k-step, per pass (not per tile)
-    uint32_t mma_chunk_step_instructions = 56;  // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6
+    // 8 inputs: 16 loads and 16 FMUL (RMS-normed), 4 pair splits of 6; their prefetch 6 (the address, the bound's
+    // compare, 2 prefetches: x and the norm's w; was 56 without)
+    uint32_t mma_chunk_step_instructions = 62;
     uint32_t mma_chunk_step_sums_q4_1 = 4;      // Q4_1: the block's input sums, 4 HMMA against ones
     // Of those, the conversions (I2F, F2FP: cvt.rn.bf16x2.f32), which issue at sm_convert_per_ns, a fraction of the
     // rate of the rest: per chunk, the inputs' 4 pair splits (2 each); per tile, none (every format's weights are
     // unpacked by bits; before, Q8_0 took 24 a tile: 16 I2F and 8 cvt; F16 16; the first Q4 code 8).
     uint32_t mma_chunk_step_conversions = 8;
     uint32_t mma_step_conversions = 0;
+    // How many 32-column k-steps ahead a warp prefetches its inputs into L1 while it issues a k-step's MMAs
+    // (rows_math.cuh's chunk_inputs): 2 in passes of one chunk a warp, 1 in passes of two (L1 holds ~28 KiB beside
+    // the pages: 7 warps' lines of 3 k-steps of one chunk, 21 KiB, or of 2 k-steps of two, 28 KiB: at its size, so
+    // the model is optimistic there). A k-step's loads then hit
+    // L1 (l1_load_ns) once its prefetch is back from L2 (l2_load_ns, overlapping that many k-steps); 0 (before
+    // 2026-12-07): each k-step of each chunk waited an L2 round trip before its MMAs, hidden only by the other warps on
+    // the same scheduler (7 warps on 4: 2 on the busiest). Either way a pass's k-steps form a chain that bounds the op
+    // beside its bytes, flops and issue.
+    uint32_t mma_prefetch_k_steps = 2;
 };
 
 // Device constants, each with its source ("assumed until measured": tools/gpu-check.sh must confirm it).
@@ -155,13 +166,16 @@ double device_step_boundary_ns(const Target& t, const DeviceModel& m);
 // rows read from DRAM (the first token block's), bytes read from L2 (later blocks' rows, the activations as often as
 // the device code reads them), MMAs as issued (padding and hi/lo products included), the instructions the MMA tiles'
 // warps issue (their format unpacking; issue_ms: the slower of their issue and their type conversions' pipe, plus the
-// block formats' staging barriers) and the other flops. Attention on tensor cores counts its MMAs with the rows' and
-// its instructions with the MMA tiles'; its work depends on `position`, the step's last token's (as
+// block formats' staging barriers), the MMA tiles' k-step chains (each warp's L2 round trip and MMAs a k-step:
+// KernelStructure::mma_prefetch_k_steps) and the other flops. Attention on tensor cores counts its MMAs with the
+// rows' and its instructions with the MMA tiles'; its work depends on `position`, the step's last token's (as
 // device_instruction_time's).
 struct PrefillBounds {
     uint64_t dram_bytes = 0, l2_bytes = 0, tensor_flops = 0, mma_instructions = 0, mma_conversions = 0, other_flops = 0;
     uint64_t team_barriers = 0;
-    double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0;
+    // The MMA tiles' k-step chains (KernelStructure::mma_prefetch_k_steps), summed over the SMs' instructions.
+    double chain_ns = 0;
+    double dram_ms = 0, l2_ms = 0, tensor_ms = 0, issue_ms = 0, other_ms = 0, chain_ms = 0;
     const char* bound() const;  // the largest part's name
 };
 PrefillBounds prefill_bounds(const Schedule& s, const DeviceModel& m, uint32_t position = 511);

@@ -95,12 +95,20 @@ void print_inspection(const Schedule& s, const Simulation& sim, const SimOptions
             fmt::print("prefill bounds (ms, all SMs at once): DRAM {:.3f} ({:.2f} GB at {:.0f} GB/s), L2 {:.3f} ({:.2f} GB "
                        "at {:.0f} GB/s: later token blocks' rows, activations as read), tensor-core flops {:.3f} ({:.2f} "
                        "TFLOP issued at {:.0f} TFLOPS), tensor-core ops' instruction issue {:.3f} ({:.1f} G instructions at "
-                       "{:.0f} G/s, {:.2f} G of them conversions at {:.0f} G/s), other flops {:.3f} ({:.2f} TFLOP at {:.0f} TFLOPS): {} bound the step\n",
+                       "{:.0f} G/s, {:.2f} G of them conversions at {:.0f} G/s), k-step round trips {:.3f} (each "
+                       "warp's inputs of a k-step {}, then its MMAs), other flops {:.3f} ({:.2f} TFLOP at {:.0f} "
+                       "TFLOPS): {} bound the step\n",
                        b.dram_ms, b.dram_bytes / 1e9, s.target.bandwidth_gbs, b.l2_ms, b.l2_bytes / 1e9,
                        options.device->l2_gbs, b.tensor_ms, b.tensor_flops / 1e12,
                        n * options.device->sm_tensor_gflops / 1e3, b.issue_ms, b.mma_instructions / 1e9,
                        n * options.device->sm_issue_per_ns, b.mma_conversions / 1e9,
-                       n * options.device->sm_convert_per_ns, b.other_ms, b.other_flops / 1e12,
+                       n * options.device->sm_convert_per_ns, b.chain_ms,
+                       options.device->code.mma_prefetch_k_steps
+                           ? fmt::format("from L1 ({:.0f} ns), prefetched up to {} k-steps ahead ({:.0f} ns from L2)",
+                                         options.device->l1_load_ns, options.device->code.mma_prefetch_k_steps,
+                                         options.device->l2_load_ns)
+                           : fmt::format("from L2 ({:.0f} ns)", options.device->l2_load_ns),
+                       b.other_ms, b.other_flops / 1e12,
                        n * s.target.sm_gflops / 1e3, b.bound());
         }
         size_t waits = 0;

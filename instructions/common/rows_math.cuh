@@ -20,6 +20,7 @@ struct TokenVector {
     const float* x;
     __device__ float4 load4(uint32_t i) const { return {x[i], x[i + 1], x[i + 2], x[i + 3]}; }
     __device__ float at(uint32_t i) const { return x[i]; }
+    __device__ void prefetch(uint32_t i) const { ptx::prefetch_l1(x + i); }  // value i's line into L1
 };
 
 // One token's residual row RMS-normed as it is read: w[i] * (x[i] * scale), rounded as rms_norm rounds it.
@@ -29,6 +30,11 @@ struct NormedVector {
     float scale;
     __device__ float at(uint32_t i) const { return w[i] * (x[i] * scale); }
     __device__ float4 load4(uint32_t i) const { return {at(i), at(i + 1), at(i + 2), at(i + 3)}; }
+    // x's line and w's into L1 (w's too: a pass streams ~450 KiB of rows through L1 before it reads w's line again).
+    __device__ void prefetch(uint32_t i) const {
+        ptx::prefetch_l1(x + i);
+        ptx::prefetch_l1(w + i);
+    }
 };
 
 // scales[j] = 1 / sqrt(mean(x_j^2) + eps) for the n rows of a (n, width) fp32 buffer, one warp per row (the root
@@ -220,11 +226,24 @@ __device__ inline void mma_row_token_dots(const DeviceOpContext& ctx, const Team
             const uint32_t full_tiles = in_pass - (in_pass > 1 && tiles.info(t0 + 1).weight != first.weight ? 2 : 1);
             const uint32_t col0 = first.col_begin, width = first.n_cols;
             // Chunk c's token columns k0 + 8t..8t+7 as bf16 pairs (hi and lo): false for a warp with no chunk c.
-            // Registers for one chunk's B at a time beside the accumulators.
+            // Registers for one chunk's B at a time beside the accumulators. The lane's columns kAhead k-steps on
+            // (past a slice's last, the next slice's first) go to L1 while this k-step's MMAs issue, and at the
+            // pass's first k-step those of every k-step up to there: without, each k-step's loads waited an L2 round
+            // trip, hidden only by the other warp on the same scheduler (device_cost.cpp's mma_k_step_ns; the 1B
+            // shape's 512-token prefill predicted 8.52 ms without, 7.91 with). Two k-steps ahead where a warp has
+            // one chunk (7 warps' lines of 3 k-steps: 21 KiB of the ~28 KiB of L1 beside the pages), else one (2
+            // chunks' lines of 2 k-steps: 28 KiB, at L1's size: some may be evicted before they are read).
+            constexpr uint32_t kAhead = kChunks == 1 ? 2 : 1;  // KernelStructure::mma_prefetch_k_steps
             auto chunk_inputs = [&](uint32_t c, uint32_t k0, uint32_t(&hi)[4], uint32_t(&lo)[4]) {
                 if (warp + c * n_warps >= chunks) return false;  // the same for the whole warp
                 const uint32_t j = (warp + c * n_warps) * 8 + g;
                 const auto x = column(j < n ? j : 0);
+                if (j < n) {
+                    const uint32_t col = col0 + k0;
+#pragma unroll
+                    for (uint32_t a = col == 0 ? 1 : kAhead; a <= kAhead; ++a)
+                        if (col + 32 * a < cols) x.prefetch(col + 32 * a + 8 * t);
+                }
 #pragma unroll
                 for (uint32_t e = 0; e < 4; ++e) {
                     hi[e] = lo[e] = 0;

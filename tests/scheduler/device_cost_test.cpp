@@ -364,13 +364,29 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     // L2: the inputs and x read and written, 4 x 32 x (1024 + 2 x 64) = 147456 bytes (1474.6 ns) < the MMAs.
     CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 32 * 2 / 1000.0));
 
-    // A later token block (16 tokens): its rows from L2, sharing the SM's L2 rate with its inputs.
+    // The same as the k-step chain (mma_k_step_ns): 4 chunks on 4 warps, one a scheduler, each k-step's MMAs on its
+    // quarter of the tensor cores: 4 tiles x 2 k16 halves x 2 products x 4096 flops at 250 flops/ns (262 ns) after
+    // its inputs (from L1, 0 ns here; their prefetch, 100 ns from L2, came back during the k-step before); 32 k-steps.
+    const double chunk_ns = 4.0 * 2 * 2 * 4096 / 250.0;
+    CHECK(t.consume_ns == Approx(32 * chunk_ns));
+
+    // A later token block (16 tokens): its rows from L2, sharing the SM's L2 rate with its inputs. Its 2 chunks keep
+    // 2 warps busy, on 2 schedulers' halves of the tensor cores: the chain (32 x 262 ns) bounds it, not the SM's
+    // MMA rate (4194 ns) nor the bytes ((73728 + 131072) / 100).
     const Instruction later = make_instruction<MatmulAddOp>(MatmulAddArgs{wo, 0, 64, 1024, 0, 0, 64, 32, 0, 16, 16});
     t = device_instruction_time(s, later, 0, m);
     CHECK(t.fill_bytes_per_ns == Approx(100.0));
     CHECK(t.load_ns == Approx(131072.0 / 100.0));
-    CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 16 * 2 / 1000.0));  // 4194 ns > (73728 + 131072) / 100
-    m.sm_tensor_gflops = 10000.0;  // faster tensor cores: the L2 bytes bound it
+    CHECK(t.consume_ns == Approx(32 * chunk_ns));
+    // Without the prefetch each k-step's loads wait 100 ns from L2 before its MMAs.
+    m.code.mma_prefetch_k_steps = 0;
+    CHECK(device_instruction_time(s, later, 0, m).consume_ns == Approx(32 * (100.0 + chunk_ns)));
+    // Faster tensor cores (26.2 ns a chunk's k-step): a k-step waits for its prefetch, 100 ns from L2 issued one
+    // k-step ahead (3200 ns); issued two ahead (50 ns a k-step, 1600), the L2 bytes bound it.
+    m.sm_tensor_gflops = 10000.0;
+    m.code.mma_prefetch_k_steps = 1;
+    CHECK(device_instruction_time(s, later, 0, m).consume_ns == Approx(32 * 100.0));
+    m.code.mma_prefetch_k_steps = 2;
     CHECK(device_instruction_time(s, later, 0, m).consume_ns == Approx((4.0 * 16 * (1024 + 128) + 131072) / 100.0));
     m.sm_tensor_gflops = 1000.0;
 
@@ -379,7 +395,13 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     CHECK(b.dram_bytes == 131072);
     CHECK(b.l2_bytes == 147456);
     CHECK(b.tensor_flops == 4ull * 2 * 16 * 1024 * 32 * 2);
-    CHECK(std::string(b.bound()) == "tensor-core flops");
+    // The stream's one instruction, over 2 SMs: its chain is its MMAs at the SM's rate (4 busy warps, one a
+    // scheduler), a tie with the tensor-core bound.
+    CHECK(b.chain_ms == Approx(32 * chunk_ns / 2 / 1e6));
+    CHECK(b.chain_ms == Approx(b.tensor_ms));
+    s.streams[0].push_back(later);  // its chain is twice its share of the SM's MMA rate
+    CHECK(std::string(prefill_bounds(s, m).bound()) == "k-step round trips");
+    s.streams[0].pop_back();
 
     // F16 weights: the same MMA tiles, each k-step a third product (the weights' low bf16 half).
     s.weights[wo].dtype = uint32_t(DType::F16);
@@ -387,14 +409,15 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     CHECK(t.tile_bytes.size() == 12);
     CHECK(t.consume_ns == Approx(4.0 * 2 * 16 * 1024 * 32 * 3 / 1000.0));
     // The warps' instruction issue as a third bound (1 a ns): per 32-column k-step, 8-token chunk and tile the
-    // format's count, per k-step and chunk the inputs' 56; 4 chunks, 32 k-steps, 4 groups of 16 rows.
+    // format's count, per k-step and chunk the inputs' 62 (their prefetch included); 4 chunks, 32 k-steps, 4 groups
+    // of 16 rows.
     m.sm_issue_per_ns = 1.0;
-    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 106 + 56)));
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 106 + 62)));
     s.weights[wo].dtype = uint32_t(DType::BF16);
-    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 8 + 56)));
+    CHECK(device_instruction_time(s, first, 0, m).consume_ns == Approx(4.0 * 32 * (4 * 8 + 62)));
     const PrefillBounds issue = prefill_bounds(s, m);  // the stream's one instruction, over 2 SMs
-    CHECK(issue.mma_instructions == 4ull * 32 * (4 * 8 + 56));
-    CHECK(issue.issue_ms == Approx(4.0 * 32 * (4 * 8 + 56) / 2 / 1e6));
+    CHECK(issue.mma_instructions == 4ull * 32 * (4 * 8 + 62));
+    CHECK(issue.issue_ms == Approx(4.0 * 32 * (4 * 8 + 62) / 2 / 1e6));
     CHECK(std::string(issue.bound()) == "instruction issue");
     CHECK(issue.team_barriers == 0);
     // Q8_0: the team stages each tile's 32-column blocks once (90 instructions a block and tile, for every chunk),
@@ -405,7 +428,7 @@ TEST_CASE("device cost: a prefill matmul on MMA tiles and on whole rows", "[cpu]
     const uint64_t passes = staged.team_barriers / (2 * 32);
     CHECK(passes >= 1);
     CHECK(staged.team_barriers == passes * 2 * 32);
-    CHECK(staged.mma_instructions == passes * 4 * 32 * 56 + 4ull * 128 * 20 + 128ull * 90);
+    CHECK(staged.mma_instructions == passes * 4 * 32 * 62 + 4ull * 128 * 20 + 128ull * 90);
     m.barrier_ns = 100;
     CHECK(prefill_bounds(s, m).issue_ms ==
           Approx((double(staged.mma_instructions) + double(staged.team_barriers) * 100) / 2 / 1e6));

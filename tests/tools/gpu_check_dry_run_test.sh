@@ -2,7 +2,8 @@
 # tools.gpu_check_dry_run: `tools/gpu-check.sh --dry-run --bin BUILD` passes its checks and prints what a
 # GPU run needs decided in advance: every stage's commands (compute-sanitizer's three tools among them, and
 # the bench stage's pp512 rows: the megakernel, kernels, graphs and torch eager prefill), the early-stop rule,
-# the limits table with its sum within 7 min 15 s, and where results.md goes with the results table's header.
+# the limits table with its sum within 7 min 15 s, the calibrate stage's re-priced decode and prefill predictions,
+# and where results.md goes with the results table's header.
 #   gpu_check_dry_run_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
@@ -26,6 +27,10 @@ for flags in "cuda" "cuda-kernels" "cuda-kernels --graph"; do
   [[ $flags == cuda ]] && want=2
   ((n == want)) || { echo "gpu_check_dry_run_test: $n pp512 rows on --backend $flags, want $want"; fail=1; }
 done
+# The calibrate stage re-prices issue 21's 512-token prefill chunk as well as the decode step.
+expect "would run .*mk schedule -m synthetic:llama-3\.2-1b:bf16 --target h200 --backend cuda --prefill 512 " \
+  "the calibrate stage's prefill schedule"
+expect "would run .*mk inspect .*calibrate-prefill\.mks --calibration " "the calibrate stage's re-priced prefill"
 expect "would run .*torch_baseline\.py --modes eager,prefill .*--pp 512" "the torch eager prefill row"
 expect '^on failure: stop \(smoke\) / skip bench \(correctness stages\)$' "the early-stop line"
 for stage in rebuild smoke calibrate sanitize ops forward resident tp bench compiled; do

@@ -163,9 +163,10 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
             continue;
         }
         const uint32_t slices = (s.weights[first.weight].cols + first.n_cols - 1) / first.n_cols;
-        const uint32_t dtype = s.weights[first.weight].dtype;
-        const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * std::max(1u, first.pass_tiles));
-        const uint64_t chunk_steps = chunk_tokens / 8 * ((s.weights[first.weight].cols + 31) / 32);  // a pass's
+        const uint32_t dtype = s.weights[first.weight].dtype, pass_tiles = std::max(1u, first.pass_tiles);
+        const size_t end = std::min(plan.tiles.size(), t + size_t(slices) * pass_tiles);
+        const uint64_t k_steps = (s.weights[first.weight].cols + 31) / 32;  // a pass's, over its slices
+        const uint64_t chunk_steps = chunk_tokens / 8 * k_steps;
         const bool sums = dtype == uint32_t(DType::Q4_1);  // the input sums: 16 rows of ones, 2 products a k-step
         w.mma_instructions += chunk_steps * (code.mma_chunk_step_instructions + (sums ? code.mma_chunk_step_sums_q4_1 : 0));
         if (sums) w.tensor_flops += 2ull * kMmaGroupRows * s.weights[first.weight].cols * chunk_tokens * 2;
@@ -173,12 +174,11 @@ RowsWork rows_work(const Schedule& s, const std::string& op, const PagePlan& pla
         const bool staged = mma_block_format(dtype);
         if (staged) w.team_barriers += (s.weights[first.weight].cols / 32) * code.mma_stage_step_barriers;  // a pass's
         // The pass's k-step chain: its tiles (a slice's), chunks dealt to the warps round robin.
-        const uint32_t chunks = uint32_t(chunk_tokens / 8), pass_tiles = std::max(1u, first.pass_tiles);
         const double chunk_flops = 2.0 * kMmaGroupRows * 32 * 8 * pass_tiles * mma_products(dtype) +
                                    (sums ? 2.0 * kMmaGroupRows * 32 * 8 * 2 : 0.0);
-        const uint32_t busy = std::min(chunks, code.consumer_warps);
-        w.chain_ns += double((s.weights[first.weight].cols + 31) / 32) *
-                      mma_k_step_ns(busy, mma_chunks_per_warp(chunks * 8, code.consumer_warps), chunk_flops, m);
+        const uint32_t busy = std::min(uint32_t(chunk_tokens / 8), code.consumer_warps);
+        const uint32_t per_warp = mma_chunks_per_warp(uint32_t(chunk_tokens), code.consumer_warps);
+        w.chain_ns += double(k_steps) * mma_k_step_ns(busy, per_warp, chunk_flops, m);
         for (; t < end; ++t) {
             w.weight_bytes += plan.tiles[t].bytes;
             w.tensor_flops += 2ull * kMmaGroupRows * plan.tiles[t].n_cols * chunk_tokens * mma_products(dtype);

@@ -106,11 +106,10 @@ struct KernelStructure {
     // How many 32-column k-steps ahead a warp prefetches its inputs into L1 while it issues a k-step's MMAs
     // (rows_math.cuh's chunk_inputs): 2 in passes of one chunk a warp, 1 in passes of two (L1 holds ~28 KiB beside
     // the pages: 7 warps' lines of 3 k-steps of one chunk, 21 KiB, or of 2 k-steps of two, 28 KiB: at its size, so
-    // the model is optimistic there). A k-step's loads then hit
-    // L1 (l1_load_ns) once its prefetch is back from L2 (l2_load_ns, overlapping that many k-steps); 0 (before
-    // 2026-12-07): each k-step of each chunk waited an L2 round trip before its MMAs, hidden only by the other warps on
-    // the same scheduler (7 warps on 4: 2 on the busiest). Either way a pass's k-steps form a chain that bounds the op
-    // beside its bytes, flops and issue.
+    // the model is optimistic there). A k-step's loads then hit L1 (l1_load_ns) once its prefetch is back from L2
+    // (l2_load_ns, overlapping that many k-steps); 0 (before 2026-12-07): each k-step of each chunk waited an L2 round
+    // trip before its MMAs, hidden only by the other warps on the same scheduler (7 warps on 4: 2 on the busiest).
+    // Either way a pass's k-steps form a chain that bounds the op beside its bytes, flops and issue.
     uint32_t mma_prefetch_k_steps = 2;
 };
 

@@ -56,6 +56,22 @@ mk_oracle_test(oracle.smollm2.eiffel SETUP oracle_smollm2 TIMEOUT 300
           --tokens 504,414,46682,18669,436,5371,281,216,33,40,40,41,284,314,3807,281
           --out ${MK_TESTDATA}/oracle_smollm2_eiffel.json)
 
+# A long prompt: "The unanimous Declaration of the thirteen united States of America." through "We hold these truths
+# to be self-evident," (tests/data/declaration-gettysburg.txt, 104 tokens by the oracle's tokenizer), 32 greedy
+# tokens (" that all men are created equal, ..."); the prompt as one causal batch (float64 either way: 27 -> 19 s). Read
+# by the SmolLM2 prefill test, which the sanitizer builds skip.
+if(NOT MK_SANITIZE)
+  string(CONCAT _long_prompt
+  "504,45813,14434,282,260,22063,12787,1918,282,2493,30,198,198,2427,281,260,6418,282,1205,2466,28,357,"
+  "3207,2371,327,582,701,288,23738,260,2356,12299,527,457,4395,601,351,1372,28,284,288,7635,1486,260,"
+  "6599,282,260,3103,28,260,4447,284,4037,5729,288,527,260,18482,282,6447,284,282,6447,506,1839,1013,"
+  "2791,601,28,253,12341,2265,288,260,8428,282,15475,3073,338,502,868,17135,260,2981,527,521,299,601,"
+  "288,260,10130,30,198,198,1882,2205,623,17414,288,325,639,29,46115,28")
+  mk_oracle_test(oracle.smollm2.long SETUP oracle_smollm2 TIMEOUT 300
+    COMMAND ${_ref}/oracle.py greedy --skip-if-missing --model ${_oracle_model} --n 32 --expect 511,1800,359,2312,4037
+            --chunk 104 --tokens ${_long_prompt} --out ${MK_TESTDATA}/oracle_smollm2_long.json)
+endif()
+
 # The sampling rule (every filter alone and combined) on fixed logits, with its own Philox4x32-10.
 mk_oracle_test(oracle.sampling SETUP oracle_sampling TIMEOUT 120
   COMMAND ${_ref}/sampling_oracle.py --out ${MK_TESTDATA}/sampling_oracle.json)
